@@ -1,0 +1,70 @@
+"""aneforge: compile, estimate and emulate fp16 graphs for the Apple Neural Engine.
+
+Build a graph with :func:`input` and the op functions, :func:`compile` it, run it in the
+engine's exact fp16 arithmetic on any machine, and compare with :func:`reference`.
+
+Example:
+    >>> import numpy as np, aneforge as af
+    >>> x = af.input((4096,), name="x")
+    >>> prog = af.compile([x.sum(), x @ np.ones((4096, 1))])
+    >>> narrow, wide = prog(np.ones(4096))
+    >>> float(narrow), float(wide[0])
+    (2048.0, 4096.0)
+"""
+
+from . import graph as _graph
+from .compiler import Program, compile
+from .cost import Estimate, estimate, estimate_breakdown
+from .devices import Capabilities, Device, EmulatorDevice, devices, get_device, register_device
+from .errors import (
+    AneforgeError,
+    AneforgeWarning,
+    AttributeValueError,
+    DeviceUnavailable,
+    DispatchFloorWarning,
+    DTypeError,
+    InputError,
+    OptionError,
+    PrecisionWarning,
+    ShapeError,
+    WeightRangeError,
+)
+from .graph import *  # noqa: F403
+from .graph import nn
+from .metrics import compare
+from .optimizer import canonicalize, reduce_sum_to_matmul
+from .reference import reference
+
+__version__ = "0.1.0"
+
+__all__ = [
+    *_graph.__all__,
+    "AneforgeError",
+    "AneforgeWarning",
+    "AttributeValueError",
+    "Capabilities",
+    "Device",
+    "DeviceUnavailable",
+    "DispatchFloorWarning",
+    "Estimate",
+    "DTypeError",
+    "EmulatorDevice",
+    "InputError",
+    "OptionError",
+    "PrecisionWarning",
+    "Program",
+    "ShapeError",
+    "WeightRangeError",
+    "canonicalize",
+    "compare",
+    "compile",
+    "devices",
+    "estimate",
+    "estimate_breakdown",
+    "get_device",
+    "nn",
+    "reduce_sum_to_matmul",
+    "reference",
+    "register_device",
+    "__version__",
+]

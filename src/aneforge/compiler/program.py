@@ -1,0 +1,192 @@
+"""A compiled program: the graph's nodes in execution order, ready to run or inspect."""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+
+import numpy as np
+
+from ..errors import DTypeError, InputError, PrecisionWarning
+from ..graph.registry import get_op
+from ..graph.tensor import Tensor
+
+
+class Program:
+    """An executable graph: nodes in a deterministic topological order.
+
+    Call it like a function: ``prog(*arrays, **named)`` takes inputs in creation order
+    (or by name), checks their shapes, casts them to fp16, runs on the device (the
+    emulator by default) and returns float32 arrays (a tuple for several outputs).
+
+    Attributes:
+        nodes: every node, sources included, in execution order.
+        inputs: the graph inputs in creation order.
+        outputs: the output tensors, in the order given to :func:`compile`.
+        opt: the optimization level it was compiled at.
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> x = af.input((2,), name="x")
+        >>> prog = af.compile(x * 3.0)
+        >>> prog(np.array([1.0, 2.0]))
+        array([3., 6.], dtype=float32)
+    """
+
+    def __init__(self, outputs: tuple[Tensor, ...], nodes: list[Tensor], opt, target=None):
+        self.outputs = tuple(outputs)
+        self.nodes = list(nodes)
+        self.opt = opt
+        self.target = target
+        self.inputs = sorted((n for n in self.nodes if n.op == "input"), key=lambda t: t._order)
+        self.dead_after = _dead_after(self.nodes, self.outputs)
+        self._regions = None
+
+    # ---- segmentation ------------------------------------------------------------------
+    @property
+    def regions(self):
+        """Fused regions and bridge cuts in execution order (see ``compiler.segment``)."""
+        if self._regions is None:
+            from .segment import segment
+
+            self._regions = segment(self.nodes)
+        return self._regions
+
+    @property
+    def cuts(self) -> list[Tensor]:
+        """The bridge nodes: each one cuts the graph into a native sub-program."""
+        return [r.nodes[0] for r in self.regions if r.kind == "bridge"]
+
+    @property
+    def fused_regions(self):
+        """Only the fused regions, in execution order."""
+        return [r for r in self.regions if r.kind == "fused"]
+
+    # ---- inspection --------------------------------------------------------------------
+    @property
+    def compute_nodes(self) -> list[Tensor]:
+        """The nodes that compute (inputs and weights left out)."""
+        return [n for n in self.nodes if get_op(n.op).kind != "source"]
+
+    @property
+    def op_count(self) -> int:
+        """Number of computing nodes."""
+        return len(self.compute_nodes)
+
+    @property
+    def flops(self) -> int:
+        """Total FLOPs of the contractions (the only ops with a closed-form count)."""
+        total = 0
+        for n in self.compute_nodes:
+            op = get_op(n.op)
+            total += int(op.flops([s.shape for s in n.srcs], n.shape, n.attrs))
+        return total
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of fp16 weights the program streams."""
+        return 2 * sum(n.size for n in self.nodes if n.op == "weight")
+
+    def summary(self) -> str:
+        """A readable description: inputs, outputs, op histogram and the node list."""
+        counts = Counter(n.op for n in self.compute_nodes)
+        lines = [
+            f"Program: {self.op_count} ops, {len(self.inputs)} input(s), "
+            f"{len(self.outputs)} output(s), opt={self.opt!r}",
+            f"  weights: {self.weight_bytes / 1024:.1f} KiB fp16, "
+            f"contractions: {self.flops / 1e6:.2f} MFLOP",
+        ]
+        for t in self.inputs:
+            lines.append(f"  input  {t.name or '?'}: {t.shape}")
+        for i, t in enumerate(self.outputs):
+            lines.append(f"  output {i}: {t.shape} ({t.op})")
+        lines.append("  ops: " + ", ".join(f"{op} x{c}" for op, c in sorted(counts.items())))
+        lines.append(
+            f"  regions: {len(self.fused_regions)} fused, {len(self.cuts)} cut(s) (bridge ops)"
+        )
+        index = {id(n): i for i, n in enumerate(self.nodes)}
+        for region in self.regions:
+            label = "fused region" if region.kind == "fused" else "bridge (cut)"
+            lines.append(f"  [{region.index}] {label}")
+            for n in region.nodes:
+                args = ", ".join(f"%{index[id(s)]}" for s in n.srcs)
+                lines.append(f"    %{index[id(n)]} = {n.op}({args}) -> {n.shape}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<Program {self.op_count} ops, opt={self.opt!r}>"
+
+    # ---- running -----------------------------------------------------------------------
+    def prepare_inputs(self, args, kwargs) -> list[np.ndarray]:
+        """Match ``args``/``kwargs`` to the inputs, check shapes, cast to fp16."""
+        if len(args) > len(self.inputs):
+            raise InputError(
+                f"program takes {len(self.inputs)} input(s) "
+                f"({', '.join(_label(t) for t in self.inputs)}), got {len(args)}"
+            )
+        given: dict[int, object] = dict(enumerate(args))
+        names = {t.name: i for i, t in enumerate(self.inputs) if t.name}
+        for key, value in kwargs.items():
+            if key not in names:
+                raise InputError(
+                    f"program has no input named '{key}'; its inputs are "
+                    f"{', '.join(_label(t) for t in self.inputs)}"
+                )
+            if names[key] in given:
+                raise InputError(f"input '{key}' given both by position and by name")
+            given[names[key]] = value
+        missing = [_label(t) for i, t in enumerate(self.inputs) if i not in given]
+        if missing:
+            raise InputError(f"missing input(s): {', '.join(missing)}")
+        return [_to_fp16(given[i], t) for i, t in enumerate(self.inputs)]
+
+    def run(self, *args, device=None, **kwargs):
+        """Run on ``device`` (name or Device; default the emulator); fp16 arrays out."""
+        return self._execute(args, kwargs, device)
+
+    def __call__(self, *args, device=None, **kwargs):
+        outs = [np.asarray(o, dtype=np.float32) for o in self._execute(args, kwargs, device)]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _execute(self, args, kwargs, device):
+        from ..devices import get_device
+
+        inputs = self.prepare_inputs(args, kwargs)
+        return get_device(device).run(self, inputs)
+
+
+def _label(t: Tensor) -> str:
+    return f"'{t.name}' {t.shape}" if t.name else f"{t.shape}"
+
+
+def _to_fp16(value, t: Tensor) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "fiub":
+        raise DTypeError(f"input {_label(t)}: dtype {arr.dtype} cannot be cast to fp16")
+    if arr.shape != t.shape:
+        raise InputError(f"input {_label(t)}: expected shape {t.shape}, given {arr.shape}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(np.float16)
+    if arr.dtype.kind in "fiu" and (np.isinf(out) & np.isfinite(arr)).any():
+        worst = float(np.max(np.abs(arr[np.isinf(out) & np.isfinite(arr)])))
+        warnings.warn(
+            f"input {_label(t)}: value {worst:g} is beyond fp16 (65504) and becomes inf "
+            "on the engine; scale the input down",
+            PrecisionWarning,
+            stacklevel=5,  # user -> __call__/run -> _execute -> prepare_inputs
+        )
+    return out
+
+
+def _dead_after(nodes, outputs) -> list[list[Tensor]]:
+    """For each node index, the values no later node needs (freed after it runs)."""
+    keep = {id(t) for t in outputs}
+    last: dict[int, int] = {}
+    for i, n in enumerate(nodes):
+        for s in n.srcs:
+            last[id(s)] = i
+    dead: list[list[Tensor]] = [[] for _ in nodes]
+    for n in nodes:
+        if id(n) in last and id(n) not in keep:
+            dead[last[id(n)]].append(n)
+    return dead

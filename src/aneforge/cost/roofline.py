@@ -1,0 +1,40 @@
+"""Per-node roofline terms: bytes from shapes, FLOPs from the op record.
+
+``bytes`` is generic for every op: (input elements + output elements) * 2 (fp16), where
+weights are inputs too and stream at 1 byte per element under int8. ``flops`` is the op
+record's closed form (only contractions have one; everything else is bytes-bound).
+
+Example:
+    >>> import numpy as np, aneforge as af
+    >>> from aneforge.cost.roofline import node_bytes
+    >>> node_bytes(af.input((4, 8)) @ np.ones((8, 2)))
+    112
+"""
+
+from __future__ import annotations
+
+from ..graph.registry import get_op
+from ..graph.tensor import Tensor
+
+FP16_BYTES = 2
+INT8_BYTES = 1
+
+
+def node_bytes(node: Tensor, int8: bool = False) -> int:
+    """Bytes a node moves: its inputs (weights at 1 byte under int8) and its output."""
+    total = node.size * FP16_BYTES
+    for src in node.srcs:
+        per = INT8_BYTES if (int8 and src.op == "weight") else FP16_BYTES
+        total += src.size * per
+    return total
+
+
+def node_flops(node: Tensor) -> int:
+    """FLOPs of ``node`` from its op record (0 for every non-contraction)."""
+    op = get_op(node.op)
+    return int(op.flops([s.shape for s in node.srcs], node.shape, node.attrs))
+
+
+def node_time_us(node: Tensor, bw: float, compute: float, int8: bool = False) -> float:
+    """``max(bytes / BW, flops / COMPUTE)`` in microseconds (no floor)."""
+    return max(node_bytes(node, int8) / bw, node_flops(node) / compute)

@@ -1,0 +1,121 @@
+"""Devices: where a Program runs. A device implements the :class:`Device` protocol.
+
+``run(program, inputs)`` takes fp16 arrays in program-input order and returns fp16
+arrays; ``measure(program, inputs)`` returns seconds per run (median of repeats). The
+emulator is the default device. Other devices (Core ML on a Mac, simulators) register
+through :func:`register_device` without touching the compiler.
+
+Example:
+    >>> import numpy as np, aneforge as af
+    >>> x = af.input((2,))
+    >>> dev = af.get_device("emulator")
+    >>> dev.run(af.compile(x + 1.0), [np.zeros(2, np.float16)])[0]
+    array([1., 1.], dtype=float16)
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from .errors import DeviceUnavailable, OptionError
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a device can do: whether it is bit-faithful to the engine and where it runs."""
+
+    bit_faithful: bool
+    real_hardware: bool
+    description: str
+
+
+@runtime_checkable
+class Device(Protocol):
+    """The protocol every device implements."""
+
+    name: str
+    capabilities: Capabilities
+
+    def run(self, program, inputs: list[np.ndarray]) -> list[np.ndarray]: ...
+
+    def measure(self, program, inputs: list[np.ndarray], repeat: int = 5) -> float: ...
+
+
+class _TimedDevice:
+    """Shared ``measure``: one warm-up, then the median wall time of ``repeat`` runs."""
+
+    def measure(self, program, inputs, repeat: int = 5) -> float:
+        self.run(program, inputs)
+        times = []
+        for _ in range(max(1, repeat)):
+            start = time.perf_counter()
+            self.run(program, inputs)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+
+class EmulatorDevice(_TimedDevice):
+    """The bit-faithful fp16 emulator on the CPU.
+
+    ``fast=True`` uses the compiled matmul kernels, ``fast=False`` the plain NumPy
+    reference interpreter; both give identical bits.
+    """
+
+    def __init__(self, fast: bool = True):
+        self.fast = fast
+        self.name = "emulator" if fast else "reference"
+        self.capabilities = Capabilities(
+            bit_faithful=True,
+            real_hardware=False,
+            description="ANE fp16 arithmetic emulated on the CPU"
+            + ("" if fast else " (NumPy reference interpreter)"),
+        )
+
+    def run(self, program, inputs):
+        from .emulator.interpreter import execute_fp16
+
+        return execute_fp16(program, inputs, fast=self.fast)
+
+
+_FACTORIES: dict[str, Callable[[], Device]] = {
+    "emulator": lambda: EmulatorDevice(fast=True),
+    "reference": lambda: EmulatorDevice(fast=False),
+}
+
+
+def register_device(name: str, factory: Callable[[], Device]) -> None:
+    """Make ``get_device(name)`` return ``factory()``; names are unique."""
+    if name in _FACTORIES:
+        raise OptionError(f"a device named '{name}' is already registered")
+    _FACTORIES[name] = factory
+
+
+def devices() -> list[str]:
+    """Names of the registered devices."""
+    return sorted(_FACTORIES)
+
+
+def get_device(device=None) -> Device:
+    """Resolve ``device``: None (the emulator), a registered name, or a Device.
+
+    Raises :class:`~aneforge.errors.DeviceUnavailable` when the device cannot run here.
+    """
+    if device is None:
+        device = "emulator"
+    if isinstance(device, str):
+        try:
+            factory = _FACTORIES[device]
+        except KeyError:
+            raise OptionError(
+                f"unknown device '{device}'; registered devices: {', '.join(devices())}"
+            ) from None
+        return factory()
+    if isinstance(device, Device):
+        return device
+    raise DeviceUnavailable(f"{device!r} does not implement the Device protocol")

@@ -1,0 +1,63 @@
+"""The executors: the fp16 emulator (reference or fast matmul backend) and float64.
+
+Both walk a program's nodes in order and call each op's kernel from the registry, so
+the only difference between the reference interpreter and the fast path is the matmul
+backend (``gemm_reference`` vs ``gemm_fast``), which are bit-identical by contract.
+Intermediate values are dropped after their last use.
+
+Example:
+    >>> import numpy as np, aneforge as af
+    >>> from aneforge.emulator.interpreter import execute_fp16
+    >>> x = af.input((3,))
+    >>> prog = af.compile(x + 1.0)
+    >>> execute_fp16(prog, [np.zeros(3, np.float16)], fast=False)[0]
+    array([1., 1., 1.], dtype=float16)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph.registry import get_op
+from .gemm import gemm, gemm_reference
+
+
+def _execute(program, inputs, kernel, weight_value):
+    env: dict[int, np.ndarray] = {}
+    feeds = dict(zip((id(t) for t in program.inputs), inputs))
+    for i, node in enumerate(program.nodes):
+        if node.op == "input":
+            env[id(node)] = feeds[id(node)]
+        elif node.op == "weight":
+            env[id(node)] = weight_value(node)
+        else:
+            env[id(node)] = kernel(node, [env[id(s)] for s in node.srcs])
+        for dead in program.dead_after[i]:
+            env.pop(id(dead), None)
+    return [env[id(t)] for t in program.outputs]
+
+
+def execute_fp16(program, inputs, fast: bool = True) -> list[np.ndarray]:
+    """Run ``program`` in the engine's fp16 arithmetic; inputs are fp16 arrays.
+
+    ``fast`` selects the compiled matmul backend; ``fast=False`` is the plain NumPy
+    reference interpreter. Both give the same bits.
+    """
+    mm = gemm if fast else gemm_reference
+
+    def kernel(node, args):
+        out = get_op(node.op).emulate(args, node.attrs, mm)
+        return np.asarray(out, dtype=np.float16).reshape(node.shape)
+
+    return _execute(program, inputs, kernel, lambda node: node.value)
+
+
+def execute_float64(program, inputs) -> list[np.ndarray]:
+    """Run ``program`` exactly in float64 on the same (fp16-valued) inputs and weights."""
+
+    def kernel(node, args):
+        out = get_op(node.op).exact(args, node.attrs)
+        return np.asarray(out, dtype=np.float64).reshape(node.shape)
+
+    inputs = [np.asarray(x, dtype=np.float64) for x in inputs]
+    return _execute(program, inputs, kernel, lambda node: node.value.astype(np.float64))

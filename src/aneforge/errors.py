@@ -1,0 +1,61 @@
+"""Errors and warnings raised by aneforge.
+
+Every mistake a user can make raises an :class:`AneforgeError` subclass whose message
+names the op or input, the offending value and what to do instead. The subclasses also
+derive from the matching built-in (``ValueError``, ``TypeError``) so generic handlers
+keep working.
+
+Example:
+    >>> import aneforge as af
+    >>> try:
+    ...     af.input((1, 2, 3, 4, 5, 6))
+    ... except af.AneforgeError as err:
+    ...     print(type(err).__name__)
+    ShapeError
+"""
+
+from __future__ import annotations
+
+
+class AneforgeError(Exception):
+    """Base class of every error caused by how aneforge was used."""
+
+
+class ShapeError(AneforgeError, ValueError):
+    """An op received shapes it cannot combine, or a rank the engine cannot hold."""
+
+
+class AttributeValueError(AneforgeError, ValueError):
+    """An op attribute (axis, stride, kernel size, ...) is out of range or malformed."""
+
+
+class DTypeError(AneforgeError, TypeError):
+    """A value's dtype cannot enter the fp16 dataplane (integers, bool, complex, ...)."""
+
+
+class WeightRangeError(AneforgeError, ValueError):
+    """A weight holds values that overflow fp16 (they round past 65504: |x| >= 65520)."""
+
+
+class InputError(AneforgeError, ValueError):
+    """A program was called with missing, extra or mis-shaped inputs."""
+
+
+class OptionError(AneforgeError, ValueError):
+    """An option passed to compile, a device or the CLI is not one aneforge knows."""
+
+
+class DeviceUnavailable(AneforgeError, RuntimeError):
+    """The requested device cannot run on this machine (e.g. Core ML off macOS)."""
+
+
+class AneforgeWarning(UserWarning):
+    """Base class of aneforge's warnings."""
+
+
+class PrecisionWarning(AneforgeWarning):
+    """A computation is likely to lose accuracy in fp16."""
+
+
+class DispatchFloorWarning(AneforgeWarning):
+    """A program's predicted latency is dominated by the per-call dispatch floor."""

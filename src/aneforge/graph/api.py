@@ -1,0 +1,456 @@
+"""The public op functions (``af.relu``, ``af.conv``, ...) and the Tensor methods.
+
+Unary and binary elementwise functions are generated from the op registry, so their
+docstrings come from the op records; the rest are written out for their signatures.
+"""
+
+from __future__ import annotations
+
+from ..errors import ShapeError
+from .ops.elementwise import BINARY, COMPARE, UNARY
+from .registry import get_op
+from .tensor import Tensor, as_tensor, make
+
+
+def _unary_function(name: str):
+    op = get_op(name)
+    attrs = ", ".join(f"{k}={v.default!r}" for k, v in op.attrs.items())
+
+    def fn(x, **kwargs):
+        return make(name, x, **kwargs)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (
+        f"Elementwise {name}: {op.doc}.\n\n"
+        f"Signature: ``{name}(x{', ' + attrs if attrs else ''})``; fp16 in, fp16 out, "
+        "rounded once.\n\n"
+        f"Example:\n    >>> import aneforge as af\n    >>> af.{name}(af.input((4,))).shape\n"
+        "    (4,)\n"
+    )
+    return fn
+
+
+def _binary_function(name: str):
+    op = get_op(name)
+
+    def fn(a, b):
+        return make(name, a, b)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (
+        f"Elementwise {name}: {op.doc}, with NumPy broadcasting; scalars and arrays "
+        "become fp16 weights.\n\n"
+        f"Example:\n    >>> import aneforge as af\n    >>> af.{name}(af.input((2, 3)), 2.0).shape\n"
+        "    (2, 3)\n"
+    )
+    return fn
+
+
+ELEMENTWISE = {n: _unary_function(n) for n in UNARY}
+ELEMENTWISE.update({n: _binary_function(n) for n in (*BINARY, *COMPARE)})
+globals().update(ELEMENTWISE)
+
+
+def select(cond, a, b) -> Tensor:
+    """``a`` where ``cond != 0`` else ``b``; all three broadcast.
+
+    Example:
+        >>> import aneforge as af
+        >>> x = af.input((3,))
+        >>> af.select(x > 0, x, 0.0).shape
+        (3,)
+    """
+    return make("select", cond, a, b)
+
+
+def matmul(a, b) -> Tensor:
+    """``a @ b`` with NumPy matmul semantics; a weight on the right is a weight matmul.
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> (af.input((2, 8)) @ np.ones((8, 4))).shape
+        (2, 4)
+    """
+    a, b = as_tensor(a, "matmul lhs"), as_tensor(b, "matmul rhs")
+    return make("matmul" if b.op == "weight" else "bmm", a, b)
+
+
+def bmm(a, b) -> Tensor:
+    """Batched ``a @ b`` between two tensors (batch dims broadcast).
+
+    Example:
+        >>> import aneforge as af
+        >>> af.bmm(af.input((4, 2, 8)), af.input((4, 8, 3))).shape
+        (4, 2, 3)
+    """
+    return make("bmm", a, b)
+
+
+def linear(x, weight, bias=None) -> Tensor:
+    """``x @ weight.T + bias`` with ``weight`` of shape [out_features, in_features].
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> af.linear(af.input((2, 8)), np.zeros((4, 8)), np.zeros(4)).shape
+        (2, 4)
+    """
+    srcs = (x, weight) if bias is None else (x, weight, bias)
+    return make("linear", *srcs)
+
+
+def conv(x, weight, bias=None, stride=1, pad=0, dilation=1, groups=1) -> Tensor:
+    """1-D (NCW) or 2-D (NCHW) convolution; weight [Cout, Cin/groups, (kh), kw].
+
+    ``pad`` is one int, one per spatial dim, or begins-then-ends (ONNX order).
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> af.conv(af.input((1, 3, 8, 8)), np.zeros((4, 3, 3, 3)), pad=1).shape
+        (1, 4, 8, 8)
+    """
+    srcs = (x, weight) if bias is None else (x, weight, bias)
+    return make("conv", *srcs, stride=stride, pad=pad, dilation=dilation, groups=groups)
+
+
+def conv_transpose(
+    x, weight, bias=None, stride=1, pad=0, output_padding=0, dilation=1, groups=1
+) -> Tensor:
+    """Transposed convolution; weight [Cin, Cout/groups, (kh), kw] (PyTorch layout).
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> af.conv_transpose(af.input((1, 4, 8, 8)), np.zeros((4, 2, 2, 2)), stride=2).shape
+        (1, 2, 16, 16)
+    """
+    srcs = (x, weight) if bias is None else (x, weight, bias)
+    return make(
+        "conv_transpose",
+        *srcs,
+        stride=stride,
+        pad=pad,
+        output_padding=output_padding,
+        dilation=dilation,
+        groups=groups,
+    )
+
+
+def _reduction(name):
+    def fn(x, axes=None, keepdims=False):
+        if isinstance(axes, int):
+            axes = (axes,)
+        return make(name, x, axes=axes, keepdims=keepdims)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (
+        f"{get_op(name).doc} over ``axes`` (all when None).\n\n"
+        f"Example:\n    >>> import aneforge as af\n"
+        f"    >>> af.{name}(af.input((2, 3)), axes=-1).shape\n    (2,)\n"
+    )
+    return fn
+
+
+sum = _reduction("sum")  # noqa: A001  (mirrors NumPy's name)
+mean = _reduction("mean")
+amax = _reduction("amax")
+amin = _reduction("amin")
+
+
+def softmax(x, axis=-1) -> Tensor:
+    """Softmax along ``axis`` (max-subtracted, narrow fp16 sum).
+
+    Example:
+        >>> import aneforge as af
+        >>> af.softmax(af.input((2, 5))).shape
+        (2, 5)
+    """
+    return make("softmax", x, axis=axis)
+
+
+def cumsum(x, axis=-1) -> Tensor:
+    """Cumulative sum over the last axis (lowered as ``x @ triu_ones``).
+
+    Example:
+        >>> import aneforge as af
+        >>> af.cumsum(af.input((2, 5))).shape
+        (2, 5)
+    """
+    if axis not in (-1, len(x.shape) - 1):
+        raise ShapeError(
+            f"cumsum: only the last axis is supported, got axis={axis} for shape {x.shape}; "
+            "transpose the axis to the end first"
+        )
+    return make("cumsum", x)
+
+
+def _affine_srcs(x, weight, bias):
+    srcs = [x] + [p for p in (weight, bias) if p is not None]
+    return srcs, {"has_weight": weight is not None, "has_bias": bias is not None}
+
+
+def layer_norm(x, weight=None, bias=None, axis=-1, eps=1e-5) -> Tensor:
+    """Layer normalization over axes ``[axis, ndim)``; weight/bias of that shape.
+
+    Example:
+        >>> import aneforge as af
+        >>> af.layer_norm(af.input((2, 8))).shape
+        (2, 8)
+    """
+    srcs, flags = _affine_srcs(x, weight, bias)
+    return make("layer_norm", *srcs, axis=axis, eps=eps, **flags)
+
+
+def rms_norm(x, weight=None, axis=-1, eps=1e-5) -> Tensor:
+    """RMS normalization over axes ``[axis, ndim)``.
+
+    Example:
+        >>> import aneforge as af
+        >>> af.rms_norm(af.input((2, 8))).shape
+        (2, 8)
+    """
+    srcs = [x] if weight is None else [x, weight]
+    return make("rms_norm", *srcs, axis=axis, eps=eps, has_weight=weight is not None)
+
+
+def group_norm(x, groups, weight=None, bias=None, eps=1e-5) -> Tensor:
+    """Group normalization of [N, C, ...] over channel groups; weight/bias of shape (C,).
+
+    Example:
+        >>> import aneforge as af
+        >>> af.group_norm(af.input((1, 8, 4, 4)), groups=2).shape
+        (1, 8, 4, 4)
+    """
+    srcs, flags = _affine_srcs(x, weight, bias)
+    return make("group_norm", *srcs, groups=groups, eps=eps, **flags)
+
+
+def batch_norm(x, mean, var, weight=None, bias=None, eps=1e-5) -> Tensor:
+    """Inference batch normalization of [N, C, ...] with per-channel statistics.
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> af.batch_norm(af.input((1, 3, 4, 4)), np.zeros(3), np.ones(3)).shape
+        (1, 3, 4, 4)
+    """
+    srcs, flags = _affine_srcs(x, weight, bias)
+    srcs = [srcs[0], mean, var] + srcs[1:]
+    return make("batch_norm", *srcs, eps=eps, **flags)
+
+
+def l2_norm(x, axis=-1, eps=1e-6) -> Tensor:
+    """``x / sqrt(max(sum(x**2), eps))`` along ``axis``.
+
+    Example:
+        >>> import aneforge as af
+        >>> af.l2_norm(af.input((2, 8))).shape
+        (2, 8)
+    """
+    return make("l2_norm", x, axis=axis, eps=eps)
+
+
+def max_pool(x, kernel, stride=None, pad=0) -> Tensor:
+    """Max pooling over NCW / NCHW windows (stride defaults to the kernel).
+
+    Example:
+        >>> import aneforge as af
+        >>> af.max_pool(af.input((1, 3, 8, 8)), 2).shape
+        (1, 3, 4, 4)
+    """
+    return make("max_pool", x, kernel=kernel, stride=stride, pad=pad)
+
+
+def avg_pool(x, kernel, stride=None, pad=0, count_include_pad=False) -> Tensor:
+    """Average pooling over NCW / NCHW windows (narrow fp16 sum).
+
+    Example:
+        >>> import aneforge as af
+        >>> af.avg_pool(af.input((1, 3, 8, 8)), 2).shape
+        (1, 3, 4, 4)
+    """
+    return make(
+        "avg_pool", x, kernel=kernel, stride=stride, pad=pad, count_include_pad=count_include_pad
+    )
+
+
+def upsample(x, scale, mode="nearest", align_corners=False) -> Tensor:
+    """Integer-factor upsampling of NCW / NCHW, ``mode`` 'nearest' or 'bilinear'.
+
+    Example:
+        >>> import aneforge as af
+        >>> af.upsample(af.input((1, 3, 4, 4)), 2).shape
+        (1, 3, 8, 8)
+    """
+    return make("upsample", x, scale=scale, mode=mode, align_corners=align_corners)
+
+
+def reshape(x, shape) -> Tensor:
+    """Same elements in a new shape (one -1 is inferred).
+
+    Example:
+        >>> import aneforge as af
+        >>> af.reshape(af.input((2, 6)), (3, -1)).shape
+        (3, 4)
+    """
+    return make("reshape", x, shape=tuple(shape))
+
+
+def transpose(x, perm=None) -> Tensor:
+    """Permute axes (reverse them when ``perm`` is None).
+
+    Example:
+        >>> import aneforge as af
+        >>> af.transpose(af.input((2, 3, 4)), (0, 2, 1)).shape
+        (2, 4, 3)
+    """
+    return make("transpose", x, perm=None if perm is None else tuple(perm))
+
+
+def concat(tensors, axis=0) -> Tensor:
+    """Join tensors along ``axis``.
+
+    Example:
+        >>> import aneforge as af
+        >>> af.concat([af.input((2, 3)), af.input((2, 5))], axis=1).shape
+        (2, 8)
+    """
+    return make("concat", *tensors, axis=axis)
+
+
+def slice(x, begins, ends, steps=None) -> Tensor:  # noqa: A001  (the op's name)
+    """``x[b0:e0:s0, ...]`` for every axis (Python bounds, positive steps).
+
+    Example:
+        >>> import aneforge as af
+        >>> af.slice(af.input((4, 6)), (0, 2), (4, 6)).shape
+        (4, 4)
+    """
+    return make("slice", x, begins=tuple(begins), ends=tuple(ends), steps=steps)
+
+
+def squeeze(x, axes=None) -> Tensor:
+    """Drop size-1 axes (all of them when ``axes`` is None).
+
+    Example:
+        >>> import aneforge as af
+        >>> af.squeeze(af.input((1, 3, 1))).shape
+        (3,)
+    """
+    if isinstance(axes, int):
+        axes = (axes,)
+    return make("squeeze", x, axes=axes)
+
+
+def expand_dims(x, axes) -> Tensor:
+    """Insert size-1 axes at the given output positions.
+
+    Example:
+        >>> import aneforge as af
+        >>> af.expand_dims(af.input((3,)), 0).shape
+        (1, 3)
+    """
+    if isinstance(axes, int):
+        axes = (axes,)
+    return make("expand_dims", x, axes=axes)
+
+
+def pixel_shuffle(x, factor) -> Tensor:
+    """Depth to space: [N, C*r*r, H, W] -> [N, C, H*r, W*r].
+
+    Example:
+        >>> import aneforge as af
+        >>> af.pixel_shuffle(af.input((1, 8, 3, 3)), 2).shape
+        (1, 2, 6, 6)
+    """
+    return make("pixel_shuffle", x, factor=factor)
+
+
+def pixel_unshuffle(x, factor) -> Tensor:
+    """Space to depth: [N, C, H*r, W*r] -> [N, C*r*r, H, W].
+
+    Example:
+        >>> import aneforge as af
+        >>> af.pixel_unshuffle(af.input((1, 2, 6, 6)), 2).shape
+        (1, 8, 3, 3)
+    """
+    return make("pixel_unshuffle", x, factor=factor)
+
+
+def cast(x, dtype="float16") -> Tensor:
+    """Cast to fp16, the only dataplane type (other dtypes raise).
+
+    Example:
+        >>> import aneforge as af
+        >>> af.cast(af.input((2,)), "float16").shape
+        (2,)
+    """
+    return make("cast", x, dtype=dtype)
+
+
+_METHODS = dict(ELEMENTWISE)
+_METHODS.update(
+    sum=sum,
+    mean=mean,
+    amax=amax,
+    amin=amin,
+    softmax=softmax,
+    cumsum=cumsum,
+    layer_norm=layer_norm,
+    rms_norm=rms_norm,
+    l2_norm=l2_norm,
+    reshape=reshape,
+    transpose=transpose,
+    squeeze=squeeze,
+    expand_dims=expand_dims,
+    cast=cast,
+    matmul=matmul,
+    bmm=bmm,
+    linear=linear,
+    conv=conv,
+    conv_transpose=conv_transpose,
+    group_norm=group_norm,
+    batch_norm=batch_norm,
+    max_pool=max_pool,
+    avg_pool=avg_pool,
+    upsample=upsample,
+    pixel_shuffle=pixel_shuffle,
+    pixel_unshuffle=pixel_unshuffle,
+    slice=slice,
+    select=lambda self, a, b: select(self, a, b),
+)
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)
+Tensor.T = property(lambda self: transpose(self), doc="Axes reversed.")
+
+__all__ = sorted(
+    set(ELEMENTWISE)
+    | {
+        "select",
+        "matmul",
+        "bmm",
+        "linear",
+        "conv",
+        "conv_transpose",
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "softmax",
+        "cumsum",
+        "layer_norm",
+        "rms_norm",
+        "group_norm",
+        "batch_norm",
+        "l2_norm",
+        "max_pool",
+        "avg_pool",
+        "upsample",
+        "reshape",
+        "transpose",
+        "concat",
+        "slice",
+        "squeeze",
+        "expand_dims",
+        "pixel_shuffle",
+        "pixel_unshuffle",
+        "cast",
+    }
+)

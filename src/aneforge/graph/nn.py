@@ -1,0 +1,140 @@
+"""Neural-network helpers built from the op set: attention, MLP and the bundled examples.
+
+Example:
+    >>> import numpy as np, aneforge as af
+    >>> rng = np.random.default_rng(0)
+    >>> x = af.input((1, 16, 32))
+    >>> w = [rng.standard_normal((32, 32)) * 0.1 for _ in range(4)]
+    >>> af.nn.mha(x, *w, heads=4).shape
+    (1, 16, 32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from . import api
+from .tensor import Tensor, weight
+
+
+def mha(x, wq, wk, wv, wo, heads: int, kv=None, mask=None) -> Tensor:
+    """Multi-head attention with the attention written out (no fused sdpa).
+
+    ``x`` is [B, S, D] (queries), ``kv`` [B, T, D] (keys/values, default ``x``); the
+    projections are [D, D] weights applied as ``x @ w``. Per head:
+    ``softmax((q @ k^T) * head_dim**-0.5 + mask) @ v``, heads concatenated, then ``@ wo``.
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> x = af.input((2, 8, 16))
+        >>> ws = [np.eye(16) for _ in range(4)]
+        >>> af.nn.mha(x, *ws, heads=2).shape
+        (2, 8, 16)
+    """
+    kv = x if kv is None else kv
+    b, s, d = x.shape
+    t = kv.shape[1]
+    if d % heads:
+        raise ShapeError(f"mha: model width {d} is not divisible by heads={heads}")
+    hd = d // heads
+
+    def split(y, length):  # [B, L, D] -> [B, H, L, hd]
+        return api.transpose(api.reshape(y, (b, length, heads, hd)), (0, 2, 1, 3))
+
+    q, k, v = split(x @ wq, s), split(kv @ wk, t), split(kv @ wv, t)
+    scores = api.bmm(q, api.transpose(k, (0, 1, 3, 2))) * float(hd**-0.5)
+    if mask is not None:
+        scores = scores + mask
+    ctx = api.bmm(api.softmax(scores, axis=-1), v)
+    merged = api.reshape(api.transpose(ctx, (0, 2, 1, 3)), (b, s, d))
+    return merged @ wo
+
+
+def mlp(x, w1, b1, w2, b2, activation: str = "gelu") -> Tensor:
+    """Two-layer perceptron ``linear(act(linear(x, w1, b1)), w2, b2)`` (PyTorch layout).
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> x = af.input((4, 8))
+        >>> af.nn.mlp(x, np.zeros((16, 8)), np.zeros(16), np.zeros((8, 16)), np.zeros(8)).shape
+        (4, 8)
+    """
+    act = api.ELEMENTWISE.get(activation)
+    if act is None:
+        raise ShapeError(f"mlp: unknown activation '{activation}'")
+    return api.linear(act(api.linear(x, w1, b1)), w2, b2)
+
+
+def _init(rng, shape, fan_in):
+    return weight(rng.standard_normal(shape) / np.sqrt(fan_in))
+
+
+def small_cnn(seed: int = 0, image: int = 32, classes: int = 10):
+    """A small CNN (conv-bn-relu x3, pooling, linear head) with seeded weights.
+
+    Returns ``(input_tensor, logits_tensor)``.
+
+    Example:
+        >>> import aneforge as af
+        >>> x, y = af.nn.small_cnn()
+        >>> y.shape
+        (1, 10)
+    """
+    rng = np.random.default_rng(seed)
+    x = api_input((1, 3, image, image), "image")
+    h = x
+    cin = 3
+    for i, cout in enumerate((16, 32, 64)):
+        h = api.conv(h, _init(rng, (cout, cin, 3, 3), cin * 9), pad=1)
+        h = api.batch_norm(
+            h,
+            weight(rng.standard_normal(cout) * 0.1),
+            weight(rng.uniform(0.5, 1.5, cout)),
+            weight(rng.uniform(0.8, 1.2, cout)),
+            weight(rng.standard_normal(cout) * 0.1),
+        )
+        h = api.relu(h)
+        h = api.max_pool(h, 2) if i < 2 else api.avg_pool(h, h.shape[-1])
+        cin = cout
+    h = api.reshape(h, (1, cin))
+    logits = api.linear(h, _init(rng, (classes, cin), cin), weight(np.zeros(classes)))
+    return x, logits
+
+
+def transformer_block(seed: int = 0, seq: int = 32, width: int = 64, heads: int = 4):
+    """A pre-norm transformer encoder block (attention + GELU MLP) with seeded weights.
+
+    Returns ``(input_tensor, output_tensor)``.
+
+    Example:
+        >>> import aneforge as af
+        >>> x, y = af.nn.transformer_block()
+        >>> y.shape
+        (1, 32, 64)
+    """
+    rng = np.random.default_rng(seed)
+    x = api_input((1, seq, width), "tokens")
+    ln1 = api.layer_norm(x, weight(np.ones(width)), weight(np.zeros(width)))
+    proj = [_init(rng, (width, width), width) for _ in range(4)]
+    h = x + mha(ln1, *proj, heads=heads)
+    ln2 = api.layer_norm(h, weight(np.ones(width)), weight(np.zeros(width)))
+    hidden = 4 * width
+    out = h + mlp(
+        ln2,
+        _init(rng, (hidden, width), width),
+        weight(np.zeros(hidden)),
+        _init(rng, (width, hidden), hidden),
+        weight(np.zeros(width)),
+    )
+    return x, out
+
+
+def api_input(shape, name):
+    """Declare an input (kept here so the helpers read top to bottom)."""
+    from .tensor import input as _input
+
+    return _input(shape, name=name)
+
+
+EXAMPLES = {"cnn": small_cnn, "transformer": transformer_block}

@@ -1,0 +1,3 @@
+"""The op definitions. Importing this package registers every op."""
+
+from . import contraction, elementwise, norm, reduce, shape, source, spatial  # noqa: F401

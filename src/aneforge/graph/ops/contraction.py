@@ -1,0 +1,370 @@
+"""Contractions: matmul (weight on the right), bmm (two tensors), linear, conv,
+conv_transpose. These are the ops with a closed-form FLOP count.
+
+Emulator contract (docs/numerics.md): every product of two fp16 operands is rounded to
+fp16, the products are added one at a time in ascending contraction order into a float32
+accumulator, and the sum is rounded to fp16. A bias is a separate fp16 add after that
+rounding. The contraction order of a convolution is (input channel, kernel row, kernel
+column) in C order. The kernels receive the matmul backend ``mm(a[B,M,K], b[B,K,N])``
+from the executor, so the reference interpreter and the fast path share everything else.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import AttributeValueError, ShapeError
+from ..registry import OpDef, int_attr, ints_attr, register
+from .common import broadcast_shape, pads, spatial_tuple
+
+# ---- matmul / bmm ------------------------------------------------------------------
+
+
+def _matmul_shape(op):
+    def rule(in_shapes, attrs):
+        a, b = in_shapes
+        if len(a) < 1 or len(b) < 1:
+            raise ShapeError(f"{op}: operands must have rank >= 1, got {a} and {b}")
+        a2 = (1,) + a if len(a) == 1 else a
+        b2 = b + (1,) if len(b) == 1 else b
+        if a2[-1] != b2[-2]:
+            raise ShapeError(
+                f"{op}: contraction sizes differ: {a} @ {b} ({a2[-1]} vs {b2[-2]}); "
+                "the last axis of the left operand must equal the second-to-last of the right"
+            )
+        batch = broadcast_shape(op, [a2[:-2], b2[:-2]])
+        out = batch + (a2[-2], b2[-1])
+        if len(a) == 1:
+            out = out[:-2] + out[-1:]
+        if len(b) == 1:
+            out = out[:-1]
+        return out
+
+    return rule
+
+
+def _as_batched(a, b):
+    """Bring matmul operands to (B, M, K) and (B, K, N); return them and the out shape."""
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    a3 = np.broadcast_to(a2, batch + (m, k)).reshape(-1, m, k)
+    b3 = np.broadcast_to(b2, batch + (k, n)).reshape(-1, k, n)
+    out = batch + (m, n)
+    if a.ndim == 1:
+        out = out[:-2] + out[-1:]
+    if b.ndim == 1:
+        out = out[:-1]
+    return a3, b3, out
+
+
+def _matmul_emulate(inputs, attrs, mm):
+    a3, b3, out = _as_batched(*inputs)
+    return mm(a3, b3).reshape(out)
+
+
+def _matmul_exact(inputs, attrs):
+    return np.matmul(inputs[0], inputs[1])
+
+
+def _matmul_flops(in_shapes, out_shape, attrs):
+    k = in_shapes[0][-1]
+    return 2 * k * int(np.prod(out_shape, dtype=np.int64))
+
+
+for _name, _doc in (
+    ("matmul", "x @ W with W a weight (NumPy matmul semantics)"),
+    ("bmm", "a @ b between two tensors, batch dims broadcast (NumPy matmul semantics)"),
+):
+    register(
+        OpDef(
+            _name,
+            "fused",
+            2,
+            {},
+            _matmul_shape(_name),
+            _matmul_emulate,
+            _matmul_exact,
+            _matmul_flops,
+            doc=_doc,
+            flags=frozenset({"contraction"}),
+        )
+    )
+
+# ---- linear ------------------------------------------------------------------------
+
+
+def _linear_shape(in_shapes, attrs):
+    x, w = in_shapes[:2]
+    if len(w) != 2:
+        raise ShapeError(f"linear: weight must be [out_features, in_features], got {w}")
+    if x[-1] != w[1]:
+        raise ShapeError(f"linear: input has {x[-1]} features but the weight {w} expects {w[1]}")
+    if len(in_shapes) == 3 and in_shapes[2] != (w[0],):
+        raise ShapeError(f"linear: bias must have shape ({w[0]},), got {in_shapes[2]}")
+    return x[:-1] + (w[0],)
+
+
+def _linear_emulate(inputs, attrs, mm):
+    x, w = inputs[:2]
+    lead = x.shape[:-1]
+    y = mm(x.reshape(1, -1, x.shape[-1]), w.T[None]).reshape(lead + (w.shape[0],))
+    if len(inputs) == 3:
+        with np.errstate(all="ignore"):
+            y = y + inputs[2]  # fp16 + fp16 in NumPy: computed in float32, rounded once
+    return y
+
+
+def _linear_exact(inputs, attrs):
+    y = inputs[0] @ inputs[1].T
+    return y + inputs[2] if len(inputs) == 3 else y
+
+
+def _linear_flops(in_shapes, out_shape, attrs):
+    return 2 * in_shapes[0][-1] * int(np.prod(out_shape, dtype=np.int64))
+
+
+register(
+    OpDef(
+        "linear",
+        "fused",
+        None,
+        {},
+        _linear_shape,
+        _linear_emulate,
+        _linear_exact,
+        _linear_flops,
+        doc="x @ W.T + b with W [out_features, in_features] (PyTorch layout), bias optional",
+        flags=frozenset({"contraction"}),
+    )
+)
+
+# ---- conv / conv_transpose ---------------------------------------------------------
+
+_CONV_ATTRS = {
+    "stride": ints_attr((1,), 1, "stride"),
+    "pad": ints_attr((0,), None, "pad"),
+    "dilation": ints_attr((1,), 1, "dilation"),
+    "groups": int_attr(1, 1, "groups"),
+}
+
+
+def _conv_geometry(op, in_shapes, attrs, transpose=False):
+    """Check a conv's operands; return (nd, stride, pads, dilation, kernel)."""
+    x, w = in_shapes[:2]
+    if len(x) not in (3, 4):
+        raise ShapeError(f"{op}: input must be NCW or NCHW (rank 3 or 4), got {x}")
+    nd = len(x) - 2
+    if len(w) != nd + 2:
+        raise ShapeError(f"{op}: weight must have rank {nd + 2} for a {nd}-D input, got {w}")
+    g = attrs["groups"]
+    stride = spatial_tuple(op, attrs["stride"], nd, "stride")
+    dil = spatial_tuple(op, attrs["dilation"], nd, "dilation")
+    pad = pads(op, attrs["pad"], nd)
+    if any(p < 0 for pp in pad for p in pp):
+        raise AttributeValueError(f"{op}: pad must be >= 0, got {attrs['pad']}")
+    cin = x[1]
+    if transpose:
+        cin_w, cout = w[0], w[1] * g
+    else:
+        cin_w, cout = w[1] * g, w[0]
+    if cin % g or cout % g:
+        raise ShapeError(f"{op}: groups={g} must divide both {cin} in and {cout} out channels")
+    if cin_w != cin:
+        raise ShapeError(
+            f"{op}: input has {cin} channels but weight {w} with groups={g} expects {cin_w}"
+        )
+    if len(in_shapes) == 3 and in_shapes[2] != (cout,):
+        raise ShapeError(f"{op}: bias must have shape ({cout},), got {in_shapes[2]}")
+    return nd, stride, pad, dil, tuple(w[2:]), cout
+
+
+def _conv_out(op, size, k, s, p, d):
+    out = (size + p[0] + p[1] - d * (k - 1) - 1) // s + 1
+    if out < 1:
+        raise ShapeError(
+            f"{op}: kernel {k} (dilation {d}) does not fit input size {size} with pad {p}"
+        )
+    return out
+
+
+def _conv_shape(in_shapes, attrs):
+    nd, stride, pad, dil, kern, cout = _conv_geometry("conv", in_shapes, attrs)
+    x = in_shapes[0]
+    spatial = tuple(
+        _conv_out("conv", x[2 + i], kern[i], stride[i], pad[i], dil[i]) for i in range(nd)
+    )
+    return (x[0], cout) + spatial
+
+
+def _im2col(x, kern, stride, dil, groups):
+    """(N, C, H, W) padded input -> patches (G, N*Ho*Wo, C/G*kh*kw) in (c, kh, kw) order."""
+    n, c, h, w = x.shape
+    kh, kw = kern
+    win = np.lib.stride_tricks.sliding_window_view(
+        x, ((kh - 1) * dil[0] + 1, (kw - 1) * dil[1] + 1), axis=(2, 3)
+    )[:, :, :: stride[0], :: stride[1], :: dil[0], :: dil[1]]
+    ho, wo = win.shape[2], win.shape[3]
+    cg = c // groups
+    win = win.reshape(n, groups, cg, ho, wo, kh, kw).transpose(1, 0, 3, 4, 2, 5, 6)
+    return win.reshape(groups, n * ho * wo, cg * kh * kw), (n, ho, wo)
+
+
+def _conv2d(x, w, stride, pad, dil, groups, matmul):
+    """Grouped 2-D convolution of NCHW ``x`` by ``w`` through ``matmul(a3, b3)``."""
+    x = np.pad(x, ((0, 0), (0, 0)) + tuple(pad))
+    cout = w.shape[0]
+    cols, (n, ho, wo) = _im2col(x, w.shape[2:], stride, dil, groups)
+    wmat = w.reshape(groups, cout // groups, -1).transpose(0, 2, 1)
+    y = matmul(cols, wmat)  # (G, N*Ho*Wo, Cout/G)
+    y = y.reshape(groups, n, ho, wo, cout // groups).transpose(1, 0, 4, 2, 3)
+    return y.reshape(n, cout, ho, wo)
+
+
+def _as_2d(x, w, stride, pad, dil):
+    """View 1-D conv operands as 2-D with a unit height."""
+    if x.ndim == 4:
+        return x, w, stride, pad, dil
+    return x[:, :, None], w[:, :, None], (1,) + stride, ((0, 0),) + pad, (1,) + dil
+
+
+def _conv_run(inputs, attrs, matmul, add_bias):
+    x, w = inputs[:2]
+    nd, stride, pad, dil, _, _ = _conv_geometry(
+        "conv", [x.shape, w.shape] + [b.shape for b in inputs[2:]], attrs
+    )
+    x2, w2, s2, p2, d2 = _as_2d(x, w, stride, pad, dil)
+    y = _conv2d(x2, w2, s2, p2, d2, attrs["groups"], matmul)
+    if nd == 1:
+        y = y[:, :, 0]
+    if len(inputs) == 3:
+        y = add_bias(y, inputs[2].reshape((-1,) + (1,) * nd))
+    return y
+
+
+def _add_fp16(y, b):
+    with np.errstate(all="ignore"):
+        return y + b
+
+
+def _conv_emulate(inputs, attrs, mm):
+    return _conv_run(inputs, attrs, mm, _add_fp16)
+
+
+def _conv_exact(inputs, attrs):
+    return _conv_run(inputs, attrs, np.matmul, np.add)
+
+
+def _conv_flops(in_shapes, out_shape, attrs):
+    w = in_shapes[1]
+    per_out = int(np.prod(w[1:], dtype=np.int64))  # Cin/G * kernel elements
+    return 2 * per_out * int(np.prod(out_shape, dtype=np.int64))
+
+
+register(
+    OpDef(
+        "conv",
+        "fused",
+        None,
+        dict(_CONV_ATTRS),
+        _conv_shape,
+        _conv_emulate,
+        _conv_exact,
+        _conv_flops,
+        doc="N-C-(H)-W convolution (cross-correlation), weight [Cout, Cin/groups, (kh), kw]",
+        flags=frozenset({"contraction"}),
+    )
+)
+
+_CONVT_ATTRS = dict(_CONV_ATTRS, output_padding=ints_attr((0,), 0, "output_padding"))
+
+
+def _convt_dims(in_shapes, attrs):
+    nd, stride, pad, dil, kern, cout = _conv_geometry(
+        "conv_transpose", in_shapes, attrs, transpose=True
+    )
+    opad = spatial_tuple("conv_transpose", attrs["output_padding"], nd, "output_padding")
+    for i in range(nd):
+        if opad[i] >= max(stride[i], dil[i]):
+            raise AttributeValueError(
+                f"conv_transpose: output_padding {opad} must be < stride or dilation"
+            )
+    return nd, stride, pad, dil, kern, cout, opad
+
+
+def _convt_shape(in_shapes, attrs):
+    nd, stride, pad, dil, kern, cout, opad = _convt_dims(in_shapes, attrs)
+    x = in_shapes[0]
+    spatial = []
+    for i in range(nd):
+        size = (x[2 + i] - 1) * stride[i] - pad[i][0] - pad[i][1]
+        size += dil[i] * (kern[i] - 1) + opad[i] + 1
+        if size < 1:
+            raise ShapeError(f"conv_transpose: output size {size} < 1 along spatial dim {i}")
+        spatial.append(size)
+    return (x[0], cout) + tuple(spatial)
+
+
+def _convt_run(inputs, attrs, matmul, add_bias):
+    """conv_transpose as a stride-1 conv over the zero-stuffed input, kernel flipped."""
+    x, w = inputs[:2]
+    shapes = [x.shape, w.shape] + [b.shape for b in inputs[2:]]
+    nd, stride, pad, dil, kern, cout, opad = _convt_dims(shapes, attrs)
+    g = attrs["groups"]
+    x2, w2, s2, p2, d2 = _as_2d(x, w, stride, pad, dil)
+    k2 = w2.shape[2:]
+    op2 = (0,) + opad if nd == 1 else opad
+    n, c, h, wd = x2.shape
+    stuffed = np.zeros((n, c, (h - 1) * s2[0] + 1, (wd - 1) * s2[1] + 1), dtype=x.dtype)
+    stuffed[:, :, :: s2[0], :: s2[1]] = x2
+    # Full padding d*(k-1) minus the user's pad; a negative amount crops instead.
+    edges = []
+    for i in range(2):
+        full = d2[i] * (k2[i] - 1)
+        edges.append((full - p2[i][0], full - p2[i][1] + op2[i]))
+    crop = tuple(
+        slice(max(-b, 0), stuffed.shape[2 + i] - max(-a, 0) or None)
+        for i, (b, a) in enumerate(edges)
+    )
+    stuffed = stuffed[:, :, crop[0], crop[1]]
+    pad_pos = tuple((max(b, 0), max(a, 0)) for b, a in edges)
+    cin_g, cout_g = c // g, w2.shape[1]
+    flipped = w2[:, :, ::-1, ::-1].reshape(g, cin_g, cout_g, *k2)
+    wconv = flipped.transpose(0, 2, 1, 3, 4).reshape(g * cout_g, cin_g, *k2)
+    y = _conv2d(stuffed, np.ascontiguousarray(wconv), (1, 1), pad_pos, d2, g, matmul)
+    if nd == 1:
+        y = y[:, :, 0]
+    if len(inputs) == 3:
+        y = add_bias(y, inputs[2].reshape((-1,) + (1,) * nd))
+    return y
+
+
+def _convt_emulate(inputs, attrs, mm):
+    return _convt_run(inputs, attrs, mm, _add_fp16)
+
+
+def _convt_exact(inputs, attrs):
+    return _convt_run(inputs, attrs, np.matmul, np.add)
+
+
+def _convt_flops(in_shapes, out_shape, attrs):
+    x, w = in_shapes[:2]
+    per_in = int(np.prod(w[1:], dtype=np.int64))  # Cout/G * kernel elements
+    return 2 * per_in * int(np.prod(x, dtype=np.int64))
+
+
+register(
+    OpDef(
+        "conv_transpose",
+        "fused",
+        None,
+        _CONVT_ATTRS,
+        _convt_shape,
+        _convt_emulate,
+        _convt_exact,
+        _convt_flops,
+        doc="transposed convolution, weight [Cin, Cout/groups, (kh), kw]",
+        flags=frozenset({"contraction"}),
+    )
+)

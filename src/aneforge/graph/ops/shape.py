@@ -1,0 +1,323 @@
+"""Shape ops: reshape, transpose, concat, slice, squeeze, expand_dims, pixel_shuffle,
+pixel_unshuffle and cast. They move values without arithmetic, so the emulator and the
+float64 executor share one kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import AttributeValueError, DTypeError, ShapeError
+from ..registry import Attr, OpDef, check_int_tuple, int_attr, ints_attr, register
+from .common import norm_axes, norm_axis
+
+
+def _movement(name, arity, attrs, shape_rule, fn, doc):
+    register(
+        OpDef(
+            name,
+            "fused",
+            arity,
+            attrs,
+            shape_rule,
+            lambda inputs, attrs, mm=None: fn(inputs, **attrs),
+            lambda inputs, attrs: fn(inputs, **attrs),
+            doc=doc,
+            flags=frozenset({"movement"}),
+        )
+    )
+
+
+# ---- reshape -----------------------------------------------------------------------
+
+
+def _reshape_shape(in_shapes, attrs):
+    src = in_shapes[0]
+    want = list(attrs["shape"])
+    n = int(np.prod(src, dtype=np.int64))
+    if want.count(-1) > 1 or any(d < -1 or d == 0 for d in want):
+        raise ShapeError(f"reshape: target {tuple(want)} may hold one -1 and positive sizes")
+    known = int(np.prod([d for d in want if d != -1], dtype=np.int64))
+    if -1 in want:
+        if n % known:
+            raise ShapeError(f"reshape: cannot infer -1 reshaping {src} to {tuple(want)}")
+        want[want.index(-1)] = n // known
+    if int(np.prod(want, dtype=np.int64)) != n:
+        raise ShapeError(
+            f"reshape: {src} has {n} elements but {tuple(attrs['shape'])} holds "
+            f"{int(np.prod(want, dtype=np.int64))}"
+        )
+    return tuple(want)
+
+
+def _reshape(inputs, shape):
+    return inputs[0].reshape(shape)
+
+
+_movement(
+    "reshape",
+    1,
+    {"shape": ints_attr(None, None, "shape", required=True)},
+    _reshape_shape,
+    _reshape,
+    "same elements in a new shape (C order, one -1 inferred)",
+)
+
+# ---- transpose ---------------------------------------------------------------------
+
+
+def _transpose_shape(in_shapes, attrs):
+    src = in_shapes[0]
+    perm = attrs["perm"]
+    if perm is None:
+        return src[::-1]
+    if sorted(perm) != list(range(len(src))):
+        raise AttributeValueError(f"transpose: perm {perm} is not a permutation of rank {len(src)}")
+    return tuple(src[p] for p in perm)
+
+
+_movement(
+    "transpose",
+    1,
+    {"perm": ints_attr(None, 0, "perm")},
+    _transpose_shape,
+    lambda inputs, perm: np.transpose(inputs[0], perm),
+    "permute axes (reverse them when perm is None)",
+)
+
+# ---- concat ------------------------------------------------------------------------
+
+
+def _concat_shape(in_shapes, attrs):
+    if not in_shapes:
+        raise ShapeError("concat: needs at least one tensor")
+    first = in_shapes[0]
+    axis = norm_axis("concat", attrs["axis"], len(first))
+    for s in in_shapes[1:]:
+        if len(s) != len(first) or any(
+            a != b for i, (a, b) in enumerate(zip(s, first)) if i != axis
+        ):
+            raise ShapeError(f"concat: shapes {first} and {s} differ outside axis {attrs['axis']}")
+    return first[:axis] + (sum(s[axis] for s in in_shapes),) + first[axis + 1 :]
+
+
+_movement(
+    "concat",
+    None,
+    {"axis": int_attr(0, None, "axis")},
+    _concat_shape,
+    lambda inputs, axis: np.concatenate(inputs, axis=axis),
+    "join tensors along axis",
+)
+
+# ---- slice -------------------------------------------------------------------------
+
+
+def _slice_bounds(shape, attrs):
+    """Per-axis (start, stop, step) clamped like Python slicing; steps are positive."""
+    n = len(shape)
+    begins, ends, steps = attrs["begins"], attrs["ends"], attrs["steps"] or (1,) * n
+    if not (len(begins) == len(ends) == len(steps) == n):
+        raise AttributeValueError(
+            f"slice: begins/ends/steps need {n} values each for rank {n}, got "
+            f"{len(begins)}/{len(ends)}/{len(steps)}"
+        )
+    out = []
+    for d, b, e, s in zip(shape, begins, ends, steps):
+        if s < 1:
+            raise AttributeValueError(f"slice: steps must be >= 1, got {steps}")
+        out.append(slice(b, e, s).indices(d))
+    return out
+
+
+def _slice_shape(in_shapes, attrs):
+    shape = in_shapes[0]
+    out = tuple(len(range(*b)) for b in _slice_bounds(shape, attrs))
+    if any(d == 0 for d in out):
+        raise ShapeError(f"slice: selecting {attrs['begins']}:{attrs['ends']} of {shape} is empty")
+    return out
+
+
+def _slice(inputs, begins, ends, steps):
+    x = inputs[0]
+    bounds = _slice_bounds(x.shape, {"begins": begins, "ends": ends, "steps": steps})
+    return x[tuple(slice(*b) for b in bounds)]
+
+
+_movement(
+    "slice",
+    1,
+    {
+        "begins": ints_attr(None, None, "begins", required=True),
+        "ends": ints_attr(None, None, "ends", required=True),
+        "steps": ints_attr(None, 1, "steps"),
+    },
+    _slice_shape,
+    _slice,
+    "x[b0:e0:s0, b1:e1:s1, ...] with Python bounds and positive steps",
+)
+
+# ---- squeeze / expand_dims ---------------------------------------------------------
+
+
+def _squeeze_shape(in_shapes, attrs):
+    src = in_shapes[0]
+    axes = attrs["axes"]
+    if axes is None:
+        axes = tuple(i for i, d in enumerate(src) if d == 1)
+    axes = norm_axes("squeeze", axes, len(src))
+    bad = [a for a in axes if src[a] != 1]
+    if bad:
+        raise ShapeError(f"squeeze: axes {bad} of {src} are not of size 1")
+    return tuple(d for i, d in enumerate(src) if i not in axes)
+
+
+def _squeeze(inputs, axes):
+    x = inputs[0]
+    return x.reshape(_squeeze_shape([x.shape], {"axes": axes}))
+
+
+_movement(
+    "squeeze",
+    1,
+    {"axes": Attr(lambda v, op: check_int_tuple(v, op, None, "axes"), None)},
+    _squeeze_shape,
+    _squeeze,
+    "drop size-1 axes (all of them when axes is None)",
+)
+
+
+def _expand_shape(in_shapes, attrs):
+    src = in_shapes[0]
+    n = len(src) + len(attrs["axes"])
+    axes = norm_axes("expand_dims", attrs["axes"], n)
+    it = iter(src)
+    return tuple(1 if i in axes else next(it) for i in range(n))
+
+
+def _expand(inputs, axes):
+    x = inputs[0]
+    return x.reshape(_expand_shape([x.shape], {"axes": axes}))
+
+
+_movement(
+    "expand_dims",
+    1,
+    {"axes": ints_attr(None, None, "axes", required=True)},
+    _expand_shape,
+    _expand,
+    "insert size-1 axes at the given output positions",
+)
+
+# ---- pixel shuffle -----------------------------------------------------------------
+
+
+def _shuffle_shape(name, down):
+    def rule(in_shapes, attrs):
+        x, r = in_shapes[0], attrs["factor"]
+        if len(x) != 4:
+            raise ShapeError(f"{name}: input must be NCHW, got {x}")
+        n, c, h, w = x
+        if down:
+            if h % r or w % r:
+                raise ShapeError(f"{name}: H and W of {x} must be multiples of {r}")
+            return (n, c * r * r, h // r, w // r)
+        if c % (r * r):
+            raise ShapeError(f"{name}: channels {c} of {x} must be a multiple of {r * r}")
+        return (n, c // (r * r), h * r, w * r)
+
+    return rule
+
+
+def _pixel_shuffle(inputs, factor):
+    x, r = inputs[0], factor
+    n, c, h, w = x.shape
+    y = x.reshape(n, c // (r * r), r, r, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return y.reshape(n, c // (r * r), h * r, w * r)
+
+
+def _pixel_unshuffle(inputs, factor):
+    x, r = inputs[0], factor
+    n, c, h, w = x.shape
+    y = x.reshape(n, c, h // r, r, w // r, r).transpose(0, 1, 3, 5, 2, 4)
+    return y.reshape(n, c * r * r, h // r, w // r)
+
+
+_movement(
+    "pixel_shuffle",
+    1,
+    {"factor": int_attr(None, 1, "factor", required=True)},
+    _shuffle_shape("pixel_shuffle", False),
+    _pixel_shuffle,
+    "[N, C*r*r, H, W] -> [N, C, H*r, W*r] (depth to space, PyTorch order)",
+)
+_movement(
+    "pixel_unshuffle",
+    1,
+    {"factor": int_attr(None, 1, "factor", required=True)},
+    _shuffle_shape("pixel_unshuffle", True),
+    _pixel_unshuffle,
+    "[N, C, H*r, W*r] -> [N, C*r*r, H, W] (space to depth, PyTorch order)",
+)
+
+# ---- cast --------------------------------------------------------------------------
+
+
+def _check_fp16(value, op):
+    if str(value) not in ("float16", "fp16", "half"):
+        raise DTypeError(
+            f"cast: dtype {value!r} is not available; the engine computes in float16 only"
+        )
+    return "float16"
+
+
+_movement(
+    "cast",
+    1,
+    {"dtype": Attr(_check_fp16, "float16")},
+    lambda in_shapes, attrs: in_shapes[0],
+    lambda inputs, dtype: inputs[0],
+    "cast to float16 (the only dataplane type, so the identity)",
+)
+
+# ---- indexing sugar ----------------------------------------------------------------
+
+
+def getitem(x, key):
+    """``x[key]`` with ints, slices (positive steps) and one Ellipsis."""
+    from ..tensor import make
+
+    if not isinstance(key, tuple):
+        key = (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise AttributeValueError("indexing: at most one Ellipsis")
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (x.ndim - len(key) + 1) + key[i + 1 :]
+    if len(key) > x.ndim:
+        raise ShapeError(f"indexing: {len(key)} indices for a rank-{x.ndim} tensor {x.shape}")
+    key = key + (slice(None),) * (x.ndim - len(key))
+    begins, ends, steps, drop = [], [], [], []
+    for axis, (k, d) in enumerate(zip(key, x.shape)):
+        if isinstance(k, slice):
+            start, stop, step = k.indices(d)
+            if step < 1:
+                raise AttributeValueError("indexing: negative steps are not supported")
+            begins.append(start)
+            ends.append(stop)
+            steps.append(step)
+        elif hasattr(k, "__index__") and not isinstance(k, bool):
+            i = int(k)
+            if not -d <= i < d:
+                raise ShapeError(f"indexing: index {i} is out of range for axis {axis} of {d}")
+            i %= d
+            begins.append(i)
+            ends.append(i + 1)
+            steps.append(1)
+            drop.append(axis)
+        else:
+            raise AttributeValueError(f"indexing: unsupported index {k!r}")
+    y = make("slice", x, begins=tuple(begins), ends=tuple(ends), steps=tuple(steps))
+    if drop:
+        y = make("squeeze", y, axes=tuple(drop))
+    return y

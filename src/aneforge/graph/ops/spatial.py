@@ -1,0 +1,176 @@
+"""Pooling (max_pool, avg_pool) and upsampling (nearest, bilinear) over N-C-(H)-W.
+
+Emulator contract: max_pool is exact. avg_pool adds each window's values in (row,
+column) order with the narrow fp16 accumulator and divides by the count of non-pad
+elements (or the full window with ``count_include_pad=True``), rounded once. Nearest
+upsampling copies. Bilinear upsampling computes each output as the weighted sum of its
+neighbours in float64 and rounds once; ``align_corners=False`` is the half-pixel rule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ShapeError
+from ..fp16 import narrow_sum, round_fp16
+from ..registry import OpDef, bool_attr, choice_attr, ints_attr, register
+from .common import pads, spatial_tuple
+
+_POOL_ATTRS = {
+    "kernel": ints_attr(None, 1, "kernel", required=True),
+    "stride": ints_attr(None, 1, "stride"),
+    "pad": ints_attr((0,), 0, "pad"),
+}
+
+
+def _pool_geometry(op, shape, attrs):
+    if len(shape) not in (3, 4):
+        raise ShapeError(f"{op}: input must be NCW or NCHW (rank 3 or 4), got {shape}")
+    nd = len(shape) - 2
+    kern = spatial_tuple(op, attrs["kernel"], nd, "kernel")
+    stride = spatial_tuple(op, attrs["stride"] or kern, nd, "stride")
+    pad = pads(op, attrs["pad"], nd)
+    out = []
+    for i in range(nd):
+        if max(pad[i]) >= kern[i]:
+            raise ShapeError(f"{op}: pad {pad[i]} must be smaller than the kernel {kern[i]}")
+        size = (shape[2 + i] + sum(pad[i]) - kern[i]) // stride[i] + 1
+        if size < 1:
+            raise ShapeError(f"{op}: kernel {kern} does not fit input {shape} with pad {pad}")
+        out.append(size)
+    return nd, kern, stride, pad, tuple(out)
+
+
+def _pool_shape(name):
+    def rule(in_shapes, attrs):
+        x = in_shapes[0]
+        return x[:2] + _pool_geometry(name, x, attrs)[4]
+
+    return rule
+
+
+def _windows(x, kern, stride, pad, fill):
+    """(N, C, Ho, Wo, kh, kw) windows of a 2-D view of ``x`` padded with ``fill``."""
+    if x.ndim == 3:
+        x, kern, stride, pad = x[:, :, None], (1,) + kern, (1,) + stride, ((0, 0),) + pad
+    xp = np.pad(x, ((0, 0), (0, 0)) + tuple(pad), constant_values=fill)
+    win = np.lib.stride_tricks.sliding_window_view(xp, kern, axis=(2, 3))
+    return win[:, :, :: stride[0], :: stride[1]]
+
+
+def _pool_run(op, x, attrs, reduce_windows):
+    nd, kern, stride, pad, _ = _pool_geometry(op, x.shape, attrs)
+    y = reduce_windows(x, kern, stride, pad)
+    return y[:, :, 0] if nd == 1 else y
+
+
+def _max_windows(x, kern, stride, pad):
+    return _windows(x, kern, stride, pad, -np.inf).max(axis=(-2, -1))
+
+
+def _counts(x, kern, stride, pad, include_pad):
+    if include_pad:
+        return float(np.prod(kern))
+    ones = np.ones((1, 1) + x.shape[2:], dtype=np.float64)
+    return _windows(ones, kern, stride, pad, 0.0).sum(axis=(-2, -1))
+
+
+def _avg_emulate(inputs, attrs, mm=None):
+    def reduce_windows(x, kern, stride, pad):
+        total = narrow_sum(_windows(x, kern, stride, pad, 0.0), (-2, -1)).astype(np.float64)
+        with np.errstate(all="ignore"):
+            return round_fp16(total / _counts(x, kern, stride, pad, attrs["count_include_pad"]))
+
+    return _pool_run("avg_pool", inputs[0], attrs, reduce_windows)
+
+
+def _avg_exact(inputs, attrs):
+    def reduce_windows(x, kern, stride, pad):
+        total = _windows(x, kern, stride, pad, 0.0).sum(axis=(-2, -1))
+        return total / _counts(x, kern, stride, pad, attrs["count_include_pad"])
+
+    return _pool_run("avg_pool", inputs[0], attrs, reduce_windows)
+
+
+register(
+    OpDef(
+        "max_pool",
+        "fused",
+        1,
+        dict(_POOL_ATTRS),
+        _pool_shape("max_pool"),
+        lambda inputs, attrs, mm=None: _pool_run("max_pool", inputs[0], attrs, _max_windows),
+        lambda inputs, attrs: _pool_run("max_pool", inputs[0], attrs, _max_windows),
+        doc="max over each window (padding never wins); stride defaults to the kernel",
+    )
+)
+register(
+    OpDef(
+        "avg_pool",
+        "fused",
+        1,
+        dict(_POOL_ATTRS, count_include_pad=bool_attr(False, "count_include_pad")),
+        _pool_shape("avg_pool"),
+        _avg_emulate,
+        _avg_exact,
+        doc="mean over each window (narrow sum); stride defaults to the kernel",
+    )
+)
+
+
+def _upsample_shape(in_shapes, attrs):
+    x = in_shapes[0]
+    if len(x) not in (3, 4):
+        raise ShapeError(f"upsample: input must be NCW or NCHW (rank 3 or 4), got {x}")
+    scale = spatial_tuple("upsample", attrs["scale"], len(x) - 2, "scale")
+    return x[:2] + tuple(d * s for d, s in zip(x[2:], scale))
+
+
+def _interp_matrix(size_in, scale, align_corners):
+    """(size_out, size_in) float64 matrix of 1-D linear interpolation weights."""
+    size_out = size_in * scale
+    dst = np.arange(size_out, dtype=np.float64)
+    if align_corners:
+        src = dst * ((size_in - 1) / (size_out - 1)) if size_out > 1 else dst * 0.0
+    else:
+        src = np.maximum((dst + 0.5) / scale - 0.5, 0.0)
+    lo = np.minimum(np.floor(src).astype(np.int64), size_in - 1)
+    hi = np.minimum(lo + 1, size_in - 1)
+    frac = src - lo
+    m = np.zeros((size_out, size_in))
+    np.add.at(m, (np.arange(size_out), lo), 1.0 - frac)
+    np.add.at(m, (np.arange(size_out), hi), frac)
+    return m
+
+
+def _upsample_f64(x, attrs):
+    nd = x.ndim - 2
+    scale = spatial_tuple("upsample", attrs["scale"], nd, "scale")
+    y = np.asarray(x, dtype=np.float64)
+    for i in range(nd):
+        axis = 2 + i
+        if attrs["mode"] == "nearest":
+            y = np.repeat(y, scale[i], axis=axis)
+        else:
+            m = _interp_matrix(x.shape[axis], scale[i], attrs["align_corners"])
+            with np.errstate(all="ignore"):
+                y = np.moveaxis(np.tensordot(y, m, axes=([axis], [1])), -1, axis)
+    return y
+
+
+register(
+    OpDef(
+        "upsample",
+        "fused",
+        1,
+        {
+            "scale": ints_attr(None, 1, "scale", required=True),
+            "mode": choice_attr(("nearest", "bilinear"), "nearest", "mode"),
+            "align_corners": bool_attr(False, "align_corners"),
+        },
+        _upsample_shape,
+        lambda inputs, attrs, mm=None: round_fp16(_upsample_f64(inputs[0], attrs)),
+        lambda inputs, attrs: _upsample_f64(inputs[0], attrs),
+        doc="integer-factor upsampling, nearest or (bi)linear",
+    )
+)

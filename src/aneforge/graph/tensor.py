@@ -1,0 +1,285 @@
+"""The lazy, immutable fp16 tensor graph.
+
+A :class:`Tensor` is a node of a DAG: an op name, its source tensors, its attributes and
+its shape, computed and checked when the node is built. Nothing is evaluated until the
+graph is compiled and run. Values are fp16 throughout; rank is at most 5 (the engine's
+dimension model).
+
+Example:
+    >>> import numpy as np
+    >>> import aneforge as af
+    >>> x = af.input((2, 3), name="x")
+    >>> y = (x * 2.0 + 1.0).relu()
+    >>> y.shape, y.op
+    ((2, 3), 'relu')
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from ..errors import DTypeError, ShapeError, WeightRangeError
+from .fp16 import round_fp16
+from .registry import get_op
+
+MAX_RANK = 5
+_ACCEPTED_FLOATS = (np.float16, np.float32, np.float64)
+_creation = itertools.count()
+
+
+class Tensor:
+    """One node of the graph. Build tensors with :func:`input`, weights and ops.
+
+    Attributes:
+        op: name of the op that produces it (``"input"``, ``"weight"``, ``"relu"``...).
+        srcs: the input tensors of that op, in order.
+        attrs: the op's normalized attributes (read-only mapping).
+        shape: the output shape, a tuple of ints.
+        name: optional user-facing name (inputs and weights).
+    """
+
+    __slots__ = ("op", "srcs", "attrs", "shape", "name", "value", "_order")
+    __array_priority__ = 1000  # make ndarray @ Tensor defer to Tensor.__rmatmul__
+
+    def __init__(self, op, srcs, attrs, shape, name=None, value=None):
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "srcs", tuple(srcs))
+        object.__setattr__(self, "attrs", attrs)
+        object.__setattr__(self, "shape", tuple(shape))
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "_order", next(_creation))
+
+    def __setattr__(self, key, value):
+        raise AttributeError("Tensor is immutable; build a new tensor instead")
+
+    def __delattr__(self, key):
+        raise AttributeError("Tensor is immutable; build a new tensor instead")
+
+    # ---- introspection -------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        """Rank of the tensor."""
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> str:
+        """Always ``'float16'``: the engine's only dataplane type."""
+        return "float16"
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self) -> str:
+        label = f" '{self.name}'" if self.name else ""
+        return f"Tensor({self.op}{label}, shape={self.shape})"
+
+    def __bool__(self):
+        raise TypeError("a Tensor has no truth value until it runs; use af.select instead")
+
+    __hash__ = object.__hash__
+
+    # ---- operators (the rest of the methods are attached by ops/__init__) -----------
+    def __add__(self, other):
+        return make("add", self, other)
+
+    def __radd__(self, other):
+        return make("add", other, self)
+
+    def __sub__(self, other):
+        return make("sub", self, other)
+
+    def __rsub__(self, other):
+        return make("sub", other, self)
+
+    def __mul__(self, other):
+        return make("mul", self, other)
+
+    def __rmul__(self, other):
+        return make("mul", other, self)
+
+    def __truediv__(self, other):
+        return make("div", self, other)
+
+    def __rtruediv__(self, other):
+        return make("div", other, self)
+
+    def __pow__(self, other):
+        return make("pow", self, other)
+
+    def __rpow__(self, other):
+        return make("pow", other, self)
+
+    def __neg__(self):
+        return make("neg", self)
+
+    def __matmul__(self, other):
+        return _matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return _matmul(other, self)
+
+    def __lt__(self, other):
+        return make("less", self, other)
+
+    def __le__(self, other):
+        return make("less_equal", self, other)
+
+    def __gt__(self, other):
+        return make("greater", self, other)
+
+    def __ge__(self, other):
+        return make("greater_equal", self, other)
+
+    def __getitem__(self, key):
+        from .ops.shape import getitem
+
+        return getitem(self, key)
+
+
+def _matmul(a, b) -> Tensor:
+    """``a @ b``: a weight on the right is the weight matmul, else a tensor bmm."""
+    a, b = as_tensor(a, "matmul lhs"), as_tensor(b, "matmul rhs")
+    return make("matmul" if b.op == "weight" else "bmm", a, b)
+
+
+def make(op_name: str, *srcs, **attrs) -> Tensor:
+    """Build a node of op ``op_name``: validate attributes, infer and check the shape.
+
+    Non-tensor sources (NumPy arrays, Python scalars) become weights.
+
+    Example:
+        >>> import aneforge as af
+        >>> make("add", af.input((2,)), 1.0).shape
+        (2,)
+    """
+    op = get_op(op_name)
+    tensors = [as_tensor(s, f"{op_name} input {i}") for i, s in enumerate(srcs)]
+    if op.arity is not None and len(tensors) != op.arity:
+        raise ShapeError(f"{op_name}: takes {op.arity} input(s), got {len(tensors)}")
+    norm = op.normalize_attrs(attrs)
+    shape = tuple(int(d) for d in op.shape([t.shape for t in tensors], norm))
+    _check_shape(shape, op_name)
+    return Tensor(op_name, tensors, _FrozenDict(norm), shape)
+
+
+def with_srcs(node: Tensor, srcs) -> Tensor:
+    """A copy of ``node`` reading ``srcs`` instead (same op, attributes and shape).
+
+    Returns ``node`` itself when the sources are the same objects, so rewriting a graph
+    that does not change allocates nothing.
+    """
+    srcs = tuple(srcs)
+    if all(a is b for a, b in zip(srcs, node.srcs)) and len(srcs) == len(node.srcs):
+        return node
+    return Tensor(node.op, srcs, node.attrs, node.shape, name=node.name, value=node.value)
+
+
+def _check_shape(shape: tuple[int, ...], what: str) -> None:
+    if len(shape) > MAX_RANK:
+        raise ShapeError(
+            f"{what}: shape {shape} has rank {len(shape)}; the engine holds rank <= "
+            f"{MAX_RANK}. Merge adjacent axes with reshape first."
+        )
+    if any(d < 1 for d in shape):
+        raise ShapeError(f"{what}: shape {shape} has an empty or negative dimension")
+
+
+class _FrozenDict(dict):
+    """A read-only dict for node attributes."""
+
+    def _readonly(self, *args, **kwargs):
+        raise TypeError("node attributes are read-only")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _readonly
+
+    def __hash__(self):  # attributes are plain values: hashable by content
+        return hash(tuple(sorted((k, repr(v)) for k, v in self.items())))
+
+
+def input(shape, name: str | None = None) -> Tensor:  # noqa: A001  (public API name)
+    """Declare an fp16 input of ``shape``. Programs take inputs in creation order.
+
+    Example:
+        >>> import aneforge as af
+        >>> af.input((1, 3, 32, 32), name="image").shape
+        (1, 3, 32, 32)
+    """
+    try:
+        dims = tuple(int(d) for d in (shape if hasattr(shape, "__iter__") else (shape,)))
+    except (TypeError, ValueError):
+        raise ShapeError(f"input {name or ''}: shape must be ints, got {shape!r}") from None
+    _check_shape(dims, f"input '{name}'" if name else "input")
+    return Tensor("input", (), _FrozenDict(), dims, name=name)
+
+
+_weight_ids = itertools.count()
+
+
+def weight(value, name: str | None = None) -> Tensor:
+    """Wrap a float array (or scalar) as an fp16 weight, checking dtype and range.
+
+    float16/32/64 are cast to fp16. Values that overflow fp16 raise
+    :class:`~aneforge.errors.WeightRangeError`; integer, bool, complex, object and
+    bfloat16 arrays raise :class:`~aneforge.errors.DTypeError`.
+
+    Example:
+        >>> import numpy as np
+        >>> import aneforge as af
+        >>> af.weight(np.eye(2, dtype=np.float32), name="I").shape
+        (2, 2)
+    """
+    label = name or f"w{next(_weight_ids)}"
+    arr = _as_float_array(value, label)
+    fp16 = round_fp16(arr)
+    overflow = np.isinf(fp16) & np.isfinite(arr)
+    if overflow.any():
+        worst = float(np.max(np.abs(arr[overflow])))
+        raise WeightRangeError(
+            f"weight '{label}': value {worst:g} is beyond the fp16 range (|x| <= 65504); "
+            "rescale it (and undo the scale after the op) or clip it first"
+        )
+    _check_shape(fp16.shape, f"weight '{label}'")
+    fp16.setflags(write=False)
+    return Tensor("weight", (), _FrozenDict(), fp16.shape, name=label, value=fp16)
+
+
+def _as_float_array(value, label: str) -> np.ndarray:
+    if isinstance(value, (bool, np.bool_)):
+        raise DTypeError(f"weight '{label}': bool values cannot enter the fp16 dataplane")
+    if isinstance(value, (int, float)):
+        return np.asarray(float(value), dtype=np.float64)
+    arr = np.asarray(value)
+    if arr.dtype.type in _ACCEPTED_FLOATS:
+        return arr
+    kind = arr.dtype.name
+    why = {
+        "b": "bool",
+        "i": "integer",
+        "u": "unsigned integer",
+        "c": "complex",
+        "O": "object",
+        "U": "string",
+        "S": "bytes",
+    }.get(arr.dtype.kind, kind)
+    if "bfloat16" in kind:
+        why = "bfloat16"
+    raise DTypeError(
+        f"weight '{label}': dtype {kind} ({why}) cannot enter the engine's fp16 dataplane; "
+        "convert it to a float array first (e.g. arr.astype(np.float32))"
+    )
+
+
+def as_tensor(value: Any, label: str = "value") -> Tensor:
+    """Return ``value`` as a Tensor: tensors pass through, arrays/scalars become weights."""
+    if isinstance(value, Tensor):
+        return value
+    try:
+        return weight(value)
+    except (DTypeError, WeightRangeError) as err:
+        raise type(err)(f"{label}: {err}") from None

@@ -1,0 +1,29 @@
+"""Accuracy metrics for comparing an emulated output with an exact one.
+
+Example:
+    >>> import numpy as np
+    >>> from aneforge.metrics import compare
+    >>> compare(np.array([1.0, 2.0]), np.array([1.0, 2.5]))["max_abs"]
+    0.5
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def compare(got, want) -> dict[str, float]:
+    """max abs error, relative L2 error and cosine similarity of ``got`` vs ``want``.
+
+    Non-finite values in ``got`` make every figure inf/nan rather than hiding them.
+    """
+    g = np.asarray(got, dtype=np.float64).ravel()
+    w = np.asarray(want, dtype=np.float64).ravel()
+    with np.errstate(all="ignore"):
+        diff = g - w
+        max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
+        norm_w = float(np.linalg.norm(w))
+        rel_l2 = float(np.linalg.norm(diff) / norm_w) if norm_w else float(np.linalg.norm(diff))
+        denom = float(np.linalg.norm(g)) * norm_w
+        cosine = float(np.dot(g, w) / denom) if denom else (1.0 if not diff.any() else 0.0)
+    return {"max_abs": max_abs, "rel_l2": rel_l2, "cosine": cosine}

@@ -1,0 +1,225 @@
+"""The rewrite rules, as data, grouped into rule sets.
+
+- :data:`CANONICAL` (lossless, always on): drop identity casts, reshapes and
+  transposes, merge reshape and transpose chains, ``x*1``, ``x+0``, ``x-0``, ``--x``.
+- :data:`NUMERIC` (accuracy-affecting; only a tuner admits them): scalar-chain folding
+  in fp16 and constant folding of small constant subgraphs with the emulator's kernels.
+- :data:`REDUCE_TO_MATMUL` (lossless-or-better): ``sum`` over one axis as ``x @ ones``
+  (the wide accumulator); ``cumsum`` as ``x @ triu_ones`` (bit-identical).
+
+Example:
+    >>> import aneforge as af
+    >>> x = af.input((4, 8))
+    >>> y = af.reduce_sum_to_matmul(x.sum(axes=0))
+    >>> [n.op for n in af.compile(y).compute_nodes]
+    ['transpose', 'matmul', 'reshape']
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph.fp16 import round_fp16
+from ..graph.registry import all_ops, get_op
+from ..graph.tensor import Tensor, make, weight
+from .rewrite import Rule, rewrite
+
+# Constant subgraphs up to this many elements are folded (bigger ones stay weights
+# computed on the device, so folding never bloats the weight file).
+CONST_FOLD_MAX_ELEMS = 4096
+
+
+def _weight_equal_to(t: Tensor, value: float) -> bool:
+    """True for a weight every element of which is ``value`` (sign of zero included)."""
+    if t.op != "weight":
+        return False
+    v = t.value
+    if value == 0.0:
+        return bool(np.all(v == 0) and np.all(np.signbit(v) == np.signbit(value)))
+    return bool(np.all(v == value))
+
+
+def _operand_if(node: Tensor, neutral: float, commutative: bool) -> Tensor | None:
+    """The non-neutral operand of a binary node whose other side is ``neutral``."""
+    a, b = node.srcs
+    if _weight_equal_to(b, neutral) and a.shape == node.shape:
+        return a
+    if commutative and _weight_equal_to(a, neutral) and b.shape == node.shape:
+        return b
+    return None
+
+
+# ---- canonical (lossless) ------------------------------------------------------------
+
+
+def _drop_cast(node):
+    return node.srcs[0]
+
+
+def _identity_reshape(node):
+    return node.srcs[0] if node.srcs[0].shape == node.shape else None
+
+
+def _merge_reshapes(node):
+    src = node.srcs[0]
+    if src.op == "reshape":
+        return make("reshape", src.srcs[0], shape=node.shape)
+    return None
+
+
+def _perm(node):
+    perm = node.attrs["perm"]
+    return tuple(range(node.ndim))[::-1] if perm is None else tuple(perm)
+
+
+def _identity_transpose(node):
+    return node.srcs[0] if _perm(node) == tuple(range(node.ndim)) else None
+
+
+def _merge_transposes(node):
+    src = node.srcs[0]
+    if src.op != "transpose":
+        return None
+    inner, outer = _perm(src), _perm(node)
+    return make("transpose", src.srcs[0], perm=tuple(inner[p] for p in outer))
+
+
+def _mul_by_one(node):
+    return _operand_if(node, 1.0, commutative=True)
+
+
+def _add_zero(node):
+    # x + (-0) == x for every x; x + (+0) differs only by turning -0 into +0.
+    return _operand_if(node, -0.0, True) or _operand_if(node, 0.0, True)
+
+
+def _sub_zero(node):
+    return _operand_if(node, 0.0, False) or _operand_if(node, -0.0, False)
+
+
+def _double_neg(node):
+    src = node.srcs[0]
+    return src.srcs[0] if src.op == "neg" else None
+
+
+CANONICAL = (
+    Rule("drop_cast", ("cast",), _drop_cast, True, "cast to fp16 is the identity"),
+    Rule("identity_reshape", ("reshape",), _identity_reshape, True, "reshape to own shape"),
+    Rule("merge_reshapes", ("reshape",), _merge_reshapes, True, "reshape(reshape(x))"),
+    Rule("identity_transpose", ("transpose",), _identity_transpose, True, "identity perm"),
+    Rule("merge_transposes", ("transpose",), _merge_transposes, True, "compose the perms"),
+    Rule("mul_by_one", ("mul",), _mul_by_one, True, "x * 1 -> x"),
+    Rule("add_zero", ("add",), _add_zero, True, "x + 0 -> x (-0 may become +0)"),
+    Rule("sub_zero", ("sub",), _sub_zero, True, "x - 0 -> x"),
+    Rule("double_neg", ("neg",), _double_neg, True, "-(-x) -> x"),
+)
+
+# ---- numeric (tuner-gated) ------------------------------------------------------------
+
+
+def _scalar(t: Tensor) -> float | None:
+    if t.op == "weight" and t.value.size == 1:
+        return float(t.value.reshape(()))
+    return None
+
+
+def _fold_chain(op_name):
+    def fold(node):
+        x, b = node.srcs
+        inner = x if x.op == op_name else None
+        if inner is None or _scalar(b) is None or _scalar(inner.srcs[1]) is None:
+            return None
+        a, c = _scalar(inner.srcs[1]), _scalar(b)
+        with np.errstate(all="ignore"):
+            f = a * c if op_name == "mul" else a + c
+        folded = round_fp16(f)  # folded in fp16, as the engine would hold it
+        if not np.isfinite(folded):
+            return None
+        shape = np.broadcast_shapes(b.shape, inner.srcs[1].shape)
+        return make(op_name, inner.srcs[0], weight(np.full(shape, folded, np.float16)))
+
+    return fold
+
+
+def _const_fold(node):
+    if not node.srcs or any(s.op != "weight" for s in node.srcs):
+        return None
+    if node.size > CONST_FOLD_MAX_ELEMS:
+        return None
+    from ..emulator.gemm import gemm_reference  # folded with the emulator's fp16 kernels
+
+    value = get_op(node.op).emulate([s.value for s in node.srcs], node.attrs, gemm_reference)
+    return weight(np.asarray(value, np.float16).reshape(node.shape))
+
+
+_FOLDABLE = tuple(sorted(n for n, op in all_ops().items() if op.kind == "fused"))
+
+NUMERIC = (
+    Rule("fold_mul_chain", ("mul",), _fold_chain("mul"), False, "(x*a)*b -> x*fp16(a*b)"),
+    Rule("fold_add_chain", ("add",), _fold_chain("add"), False, "(x+a)+b -> x+fp16(a+b)"),
+    Rule("const_fold", _FOLDABLE, _const_fold, False, "evaluate small constant subgraphs"),
+)
+
+# ---- reduce_sum -> matmul -------------------------------------------------------------
+
+
+def _sum_to_matmul(node):
+    x = node.srcs[0]
+    axes = node.attrs["axes"]
+    axes = tuple(range(x.ndim)) if axes is None else tuple(a % x.ndim for a in axes)
+    if len(set(axes)) != 1:
+        return None  # multi-axis sums are left alone
+    axis = axes[0]
+    if axis != x.ndim - 1:
+        perm = tuple(a for a in range(x.ndim) if a != axis) + (axis,)
+        x = make("transpose", x, perm=perm)
+    k = x.shape[-1]
+    y = make("matmul", x, weight(np.ones((k, 1), np.float16)))
+    return make("reshape", y, shape=node.shape)
+
+
+def _cumsum_to_matmul(node):
+    x = node.srcs[0]
+    k = x.shape[-1]
+    return make("matmul", x, weight(np.triu(np.ones((k, k), np.float16))))
+
+
+REDUCE_TO_MATMUL = (
+    Rule("reduce_sum_to_matmul", ("sum",), _sum_to_matmul, True, "sum over one axis -> x @ 1"),
+    Rule("cumsum_to_matmul", ("cumsum",), _cumsum_to_matmul, True, "cumsum -> x @ triu(1)"),
+)
+
+
+def _apply(out, rules):
+    single = isinstance(out, Tensor)
+    outs, _ = rewrite([out] if single else list(out), rules + CANONICAL)
+    return outs[0] if single else outs
+
+
+def reduce_sum_to_matmul(out):
+    """Route every single-axis ``sum`` (and ``cumsum``) through the wide matmul accumulator.
+
+    ``sum`` over one axis becomes ``x @ ones[K, 1]`` (a non-last axis is transposed to
+    the end first; multi-axis sums are left alone); ``cumsum`` becomes ``x @ triu_ones``.
+    Accuracy is equal or better: the matmul accumulates in float32 where reduce_sum
+    rounds every partial sum to fp16.
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> x = af.input((4096,))
+        >>> float(af.compile(af.reduce_sum_to_matmul(x.sum()))(np.ones(4096)))
+        4096.0
+    """
+    return _apply(out, REDUCE_TO_MATMUL)
+
+
+def canonicalize(out):
+    """Apply the lossless canonical rules (identity casts/reshapes/transposes, x*1, ...).
+
+    Example:
+        >>> import aneforge as af
+        >>> x = af.input((3,))
+        >>> af.canonicalize(-(-x)) is x
+        True
+    """
+    return _apply(out, ())

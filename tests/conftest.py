@@ -1,0 +1,52 @@
+"""Shared test helpers and the named tolerances of the fp16 model.
+
+Each tolerance is named after what it means (docs/numerics.md derives them):
+- FP16_UNIT_ROUNDOFF: half an fp16 ulp relative, 2**-11; the bound of one rounded op.
+- FP32_UNIT_ROUNDOFF: 2**-24; one float32 accumulator add.
+- FP16_OP_NOISE: 1e-3, the relative error a clean chain of a few fp16 ops stays under.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+FP16_UNIT_ROUNDOFF = 2.0**-11
+FP32_UNIT_ROUNDOFF = 2.0**-24
+FP16_OP_NOISE = 1e-3
+FP16_TINY = 2.0**-24  # smallest fp16 subnormal: the absolute floor of one rounding
+
+
+def fp16_values(rng, shape, scale=1.0):
+    """Random normal values already representable in fp16, as float64."""
+    return (rng.standard_normal(shape) * scale).astype(np.float16).astype(np.float64)
+
+
+def matmul_error_bound(a, b):
+    """Bound on |emulated - exact| of a @ b under the wide-accumulator contract.
+
+    Each product rounds with relative error <= u16, the float32 sum adds <= K*u32 of the
+    absolute products, and the result rounds once more (<= u16 of its magnitude).
+    """
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    k = a.shape[-1]
+    absprod = np.abs(a) @ np.abs(b)
+    exact = a @ b
+    return (
+        (FP16_UNIT_ROUNDOFF + k * FP32_UNIT_ROUNDOFF) * absprod * (1 + FP16_UNIT_ROUNDOFF)
+        + FP16_UNIT_ROUNDOFF * np.abs(exact)
+        + FP16_TINY
+    )
+
+
+def narrow_sum_error_bound(x, axis=-1):
+    """Bound on |narrow_sum(x) - sum(x)|: each of K partial roundings <= u16 * sum|x|."""
+    x = np.asarray(x, np.float64)
+    k = x.shape[axis] if x.ndim else 1
+    return k * FP16_UNIT_ROUNDOFF * np.sum(np.abs(x), axis=axis) * 1.01 + k * FP16_TINY
+
+
+@pytest.fixture
+def rng():
+    """A seeded generator: every test sees the same data on every run."""
+    return np.random.default_rng(1234)
