@@ -15,7 +15,15 @@ Example:
 from . import graph as _graph
 from .compiler import Program, compile
 from .cost import Estimate, estimate, estimate_breakdown
-from .devices import Capabilities, Device, EmulatorDevice, devices, get_device, register_device
+from .devices import (
+    Capabilities,
+    Device,
+    EmulatorDevice,
+    SimulatedANE,
+    devices,
+    get_device,
+    register_device,
+)
 from .errors import (
     AneforgeError,
     AneforgeWarning,
@@ -33,6 +41,8 @@ from .graph import *  # noqa: F403
 from .graph import nn
 from .metrics import compare
 from .optimizer import canonicalize, reduce_sum_to_matmul
+from .optimizer.routes import route_registry
+from .optimizer.tune import tune
 from .reference import reference
 
 __version__ = "0.1.0"
@@ -54,6 +64,7 @@ __all__ = [
     "PrecisionWarning",
     "Program",
     "ShapeError",
+    "SimulatedANE",
     "WeightRangeError",
     "canonicalize",
     "compare",
@@ -66,5 +77,7 @@ __all__ = [
     "reduce_sum_to_matmul",
     "reference",
     "register_device",
+    "route_registry",
+    "tune",
     "__version__",
 ]

@@ -83,9 +83,54 @@ class EmulatorDevice(_TimedDevice):
         return execute_fp16(program, inputs, fast=self.fast)
 
 
+class SimulatedANE(_TimedDevice):
+    """A SIMULATOR for testing tuner logic, not a real engine.
+
+    ``run`` is the bit-faithful emulator; ``measure`` returns the cost model's estimate
+    (in seconds) times ``1 + noise * z``, with ``z`` a standard normal drawn from a
+    generator seeded by ``seed`` and the program's structural hash, so the same program
+    always "measures" the same. Use it to exercise tune() deterministically.
+
+    Example:
+        >>> import aneforge as af
+        >>> x = af.input((64, 256))
+        >>> af.SimulatedANE(noise=0.0).measure(af.compile(x.relu()), []) * 1e6
+        63.3
+    """
+
+    def __init__(self, target=None, noise: float = 0.05, seed: int = 0):
+        if target is not None:
+            raise NotImplementedError(
+                "SimulatedANE(target=...): per-chip targets arrive with issue 4"
+            )
+        if not 0 <= noise < 1:
+            raise OptionError(f"SimulatedANE: noise must be in [0, 1), got {noise!r}")
+        self.target, self.noise, self.seed = target, noise, seed
+        self.name = "simulated-ane"
+        self.capabilities = Capabilities(
+            bit_faithful=True,
+            real_hardware=False,
+            description="emulator outputs, cost-model timings with seeded noise",
+        )
+
+    def run(self, program, inputs):
+        from .emulator.interpreter import execute_fp16
+
+        return execute_fp16(program, inputs, fast=True)
+
+    def measure(self, program, inputs, repeat: int = 5) -> float:
+        from .cost.estimate import estimate
+        from .graph.hashing import structural_hash
+
+        digest = structural_hash(list(program.outputs), extra=f"seed={self.seed}")
+        z = np.random.default_rng(int(digest[:16], 16)).standard_normal()
+        return estimate(program) * 1e-6 * max(0.05, 1.0 + self.noise * z)
+
+
 _FACTORIES: dict[str, Callable[[], Device]] = {
     "emulator": lambda: EmulatorDevice(fast=True),
     "reference": lambda: EmulatorDevice(fast=False),
+    "simulated-ane": lambda: SimulatedANE(),
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compiler.compile import compile as _compile
+from .compiler.compile import _as_outputs, build_program
 from .compiler.program import Program
 
 
@@ -23,7 +23,7 @@ def reference(out, *inputs, **named):
     """
     from .emulator.interpreter import execute_float64
 
-    prog = out if isinstance(out, Program) else _compile(out)
+    prog = out if isinstance(out, Program) else build_program(_as_outputs(out))
     feeds = prog.prepare_inputs(inputs, named)
     outs = execute_float64(prog, feeds)
     return outs[0] if len(outs) == 1 else tuple(np.asarray(o) for o in outs)

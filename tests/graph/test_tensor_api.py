@@ -386,13 +386,6 @@ def test_tensor_introspection():
 # ---- compile options and outputs -------------------------------------------------------
 
 
-def test_compile_optimizer_levels_are_not_implemented_yet():
-    x = af.input((2,))
-    for opt in (1, 2, "max"):
-        with pytest.raises(NotImplementedError, match="issue 3"):
-            af.compile(x.relu(), opt=opt)
-
-
 @pytest.mark.parametrize("opt", ["bogus", 3, True, None])
 def test_compile_unknown_option_raises_option_error(opt):
     with raises(af.OptionError, "opt", repr(opt)):

@@ -41,6 +41,9 @@ class Program:
         self.inputs = sorted((n for n in self.nodes if n.op == "input"), key=lambda t: t._order)
         self.dead_after = _dead_after(self.nodes, self.outputs)
         self._regions = None
+        self.passes: dict = {}
+        self._estimates: dict = {}
+        self.tune_report: dict | None = None
 
     # ---- segmentation ------------------------------------------------------------------
     @property

@@ -93,15 +93,19 @@ def _program(out):
 
     if isinstance(out, Program):
         return out
-    from ..compiler.compile import compile as compile_graph
+    from ..compiler.compile import build_program
 
-    return compile_graph(out, opt=0)
+    return build_program([out] if not isinstance(out, (list, tuple)) else out)
 
 
 def estimate_breakdown(out, int8: bool = False, calibration: Constants | None = None):
     """Like :func:`estimate`, returning the :class:`Estimate` with its breakdown."""
     c = calibration or constants()
     prog = _program(out)
+    memo_key = (bool(int8), c)
+    cached = prog._estimates.get(memo_key)
+    if cached is not None:
+        return cached
     nodes: list[NodeCost] = []
     above = cut_total = 0.0
     saved_bytes = 0
@@ -126,7 +130,9 @@ def estimate_breakdown(out, int8: bool = False, calibration: Constants | None = 
     total = floors + above + cut_total
     if int8 and saved_bytes:
         total -= min(INT8_TIE_US_PER_BYTE * saved_bytes, INT8_TIE_MAX_FLOOR_SHARE * c.floor_us)
-    return Estimate(total, floors, above, cut_total, n_regions, len(prog.cuts), nodes, int8)
+    result = Estimate(total, floors, above, cut_total, n_regions, len(prog.cuts), nodes, int8)
+    prog._estimates[memo_key] = result  # programs do not change after compile
+    return result
 
 
 def _rates(c: Constants) -> tuple[float, float]:
@@ -163,7 +169,7 @@ def warn_if_floor_dominated(prog) -> None:
             "per-call overhead dominates. Batch more samples per call or chain more ops "
             "into one program; threads do not help (dispatch is single-in-flight).",
             DispatchFloorWarning,
-            stacklevel=3,
+            stacklevel=4,  # user -> compile -> warn_if_floor_dominated
         )
 
 

@@ -8,7 +8,7 @@ Example:
     >>> import numpy as np, aneforge as af
     >>> from aneforge.cost.roofline import node_bytes
     >>> node_bytes(af.input((4, 8)) @ np.ones((8, 2)))
-    112
+    112.0
 """
 
 from __future__ import annotations
@@ -20,12 +20,21 @@ FP16_BYTES = 2
 INT8_BYTES = 1
 
 
-def node_bytes(node: Tensor, int8: bool = False) -> int:
-    """Bytes a node moves: its inputs (weights at 1 byte under int8) and its output."""
+def node_bytes(node: Tensor, int8: bool = False) -> float:
+    """Bytes a node moves: its inputs and its output, fp16 unless a weight is encoded.
+
+    ``int8=True`` prices every fp16 weight as if it streamed at 1 byte per element.
+    """
+    from ..numerics.compression import weight_stream_bytes
+
     total = node.size * FP16_BYTES
     for src in node.srcs:
-        per = INT8_BYTES if (int8 and src.op == "weight") else FP16_BYTES
-        total += src.size * per
+        if src.op != "weight":
+            total += src.size * FP16_BYTES
+        elif int8 and src.attrs.get("encoding", "fp16") == "fp16":
+            total += src.size * INT8_BYTES
+        else:
+            total += weight_stream_bytes(src)
     return total
 
 

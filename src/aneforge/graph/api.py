@@ -385,6 +385,10 @@ def cast(x, dtype="float16") -> Tensor:
     return make("cast", x, dtype=dtype)
 
 
+from .ops.bridge import BRIDGE_FUNCTIONS  # noqa: E402  (after the fused functions)
+
+globals().update(BRIDGE_FUNCTIONS)
+
 _METHODS = dict(ELEMENTWISE)
 _METHODS.update(
     sum=sum,
@@ -422,6 +426,7 @@ Tensor.T = property(lambda self: transpose(self), doc="Axes reversed.")
 
 __all__ = sorted(
     set(ELEMENTWISE)
+    | set(BRIDGE_FUNCTIONS)
     | {
         "select",
         "matmul",

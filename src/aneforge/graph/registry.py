@@ -122,8 +122,14 @@ def all_ops() -> dict[str, OpDef]:
     return dict(_REGISTRY)
 
 
+_LOADED = []
+
+
 def _ensure_loaded() -> None:
-    from . import ops  # noqa: F401  (registers every op on import)
+    if not _LOADED:
+        from . import ops  # noqa: F401  (registers every op on import)
+
+        _LOADED.append(True)
 
 
 # ---- attribute checks shared by many ops -------------------------------------------

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,7 @@ class Tensor:
         name: optional user-facing name (inputs and weights).
     """
 
-    __slots__ = ("op", "srcs", "attrs", "shape", "name", "value", "_order")
+    __slots__ = ("op", "srcs", "attrs", "shape", "name", "value", "size", "_order")
     __array_priority__ = 1000  # make ndarray @ Tensor defer to Tensor.__rmatmul__
 
     def __init__(self, op, srcs, attrs, shape, name=None, value=None):
@@ -51,6 +52,7 @@ class Tensor:
         object.__setattr__(self, "shape", tuple(shape))
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "value", value)
+        object.__setattr__(self, "size", math.prod(self.shape))  # number of elements
         object.__setattr__(self, "_order", next(_creation))
 
     def __setattr__(self, key, value):
@@ -69,11 +71,6 @@ class Tensor:
     def dtype(self) -> str:
         """Always ``'float16'``: the engine's only dataplane type."""
         return "float16"
-
-    @property
-    def size(self) -> int:
-        """Number of elements."""
-        return int(np.prod(self.shape, dtype=np.int64))
 
     def __repr__(self) -> str:
         label = f" '{self.name}'" if self.name else ""
@@ -165,7 +162,7 @@ def make(op_name: str, *srcs, **attrs) -> Tensor:
     norm = op.normalize_attrs(attrs)
     shape = tuple(int(d) for d in op.shape([t.shape for t in tensors], norm))
     _check_shape(shape, op_name)
-    return Tensor(op_name, tensors, _FrozenDict(norm), shape)
+    return Tensor(op_name, tensors, FrozenAttrs(norm), shape)
 
 
 def with_srcs(node: Tensor, srcs) -> Tensor:
@@ -190,7 +187,7 @@ def _check_shape(shape: tuple[int, ...], what: str) -> None:
         raise ShapeError(f"{what}: shape {shape} has an empty or negative dimension")
 
 
-class _FrozenDict(dict):
+class FrozenAttrs(dict):
     """A read-only dict for node attributes."""
 
     def _readonly(self, *args, **kwargs):
@@ -215,7 +212,7 @@ def input(shape, name: str | None = None) -> Tensor:  # noqa: A001  (public API 
     except (TypeError, ValueError):
         raise ShapeError(f"input {name or ''}: shape must be ints, got {shape!r}") from None
     _check_shape(dims, f"input '{name}'" if name else "input")
-    return Tensor("input", (), _FrozenDict(), dims, name=name)
+    return Tensor("input", (), FrozenAttrs(), dims, name=name)
 
 
 _weight_ids = itertools.count()
@@ -246,7 +243,7 @@ def weight(value, name: str | None = None) -> Tensor:
         )
     _check_shape(fp16.shape, f"weight '{label}'")
     fp16.setflags(write=False)
-    return Tensor("weight", (), _FrozenDict(), fp16.shape, name=label, value=fp16)
+    return Tensor("weight", (), FrozenAttrs(), fp16.shape, name=label, value=fp16)
 
 
 def _as_float_array(value, label: str) -> np.ndarray:

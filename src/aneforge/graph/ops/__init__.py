@@ -1,3 +1,3 @@
 """The op definitions. Importing this package registers every op."""
 
-from . import contraction, elementwise, norm, reduce, shape, source, spatial  # noqa: F401
+from . import bridge, contraction, elementwise, norm, reduce, shape, source, spatial  # noqa: F401

@@ -1,0 +1,156 @@
+"""``tune``: measured autotuning over the graph's variants (opt=2 / 'max').
+
+1. Build the distinct variants (lossless ones always; the lossy int8 ones only when
+   ``atol`` could admit them, i.e. above the fp16-noise default).
+2. Order them by the cost model and prune those predicted worse than ``prune_factor`` x
+   the best prediction; keep at most ``budget``.
+3. Run the ``opt=0`` baseline and every kept variant on the device; a variant is valid
+   when ``max|out - baseline| / max|baseline| <= atol`` on every output.
+4. Choose the fastest valid lossless variant; a lossy one wins only when it is valid and
+   at least ``min_lossy_speedup`` x faster than that.
+5. Cache the choice under a structural hash of (graph, input shapes, device, options):
+   a cache hit rebuilds the variant by name with no measurement.
+
+Example:
+    >>> import numpy as np, tempfile, aneforge as af
+    >>> x = af.input((4, 16))
+    >>> prog = af.tune(x @ np.ones((16, 8)), device=af.SimulatedANE(), cache_dir=tempfile.mkdtemp())
+    >>> prog.tune_report["variant"]
+    'native'
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..compiler.program import Program
+from ..graph.hashing import structural_hash
+from ..graph.tensor import Tensor
+
+DEFAULT_ATOL = 5e-3  # fp16 noise: rejects lossy variants unless the caller widens it
+
+
+def _relative_deviation(outs, refs) -> float:
+    worst = 0.0
+    for o, r in zip(outs, refs):
+        o = np.asarray(o, np.float64)
+        r = np.asarray(r, np.float64)
+        scale = float(np.max(np.abs(r[np.isfinite(r)]), initial=0.0)) or 1.0
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(o - r)
+        same_nonfinite = ~np.isfinite(r) & (o.view(np.uint64) == r.view(np.uint64))
+        diff = np.where(same_nonfinite, 0.0, diff)
+        if not np.all(np.isfinite(diff)):
+            return float("inf")
+        worst = max(worst, float(np.max(diff, initial=0.0)) / scale)
+    return worst
+
+
+def _seeded_inputs(prog: Program, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(t.shape).astype(np.float16) for t in prog.inputs]
+
+
+def tune(
+    out,
+    budget: int = 8,
+    inputs=None,
+    atol: float = DEFAULT_ATOL,
+    min_lossy_speedup: float = 1.10,
+    prune_factor: float = 1.5,
+    device=None,
+    cache: bool = True,
+    cache_dir=None,
+) -> Program:
+    """Measure the graph's variants on ``device`` and return the fastest correct one.
+
+    Args:
+        out: a Tensor or a list of Tensors.
+        budget: the most variants measured.
+        inputs: arrays to validate and time with (default: seeded standard normals).
+        atol: accepted ``max|delta| / max|ref|`` against the ``opt=0`` baseline.
+        min_lossy_speedup: how much faster a lossy variant must be to be chosen.
+        prune_factor: variants predicted slower than this x the best are not measured.
+        device: a device name or Device (default: the emulator).
+        cache / cache_dir: use the on-disk tuning cache (see ``optimizer.cache``).
+
+    Returns:
+        The chosen Program, with ``tune_report`` (variant, measured times, errors,
+        whether it came from the cache). Deterministic for a deterministic device.
+    """
+    from ..compiler.compile import build_program as compile_graph
+    from ..cost.estimate import estimate
+    from ..devices import get_device
+    from ..errors import OptionError
+    from .cache import TuneCache
+    from .variants import build_variant, build_variants
+
+    for label, value, lo in (("budget", budget, 1), ("prune_factor", prune_factor, 1.0)):
+        if not value >= lo:
+            raise OptionError(f"tune: {label} must be >= {lo}, got {value!r}")
+    if not atol >= 0:
+        raise OptionError(f"tune: atol must be >= 0, got {atol!r}")
+    outs = [out] if isinstance(out, Tensor) else list(out)
+    dev = get_device(device)
+    baseline_prog = compile_graph(outs, opt=0)
+    feeds = (
+        _seeded_inputs(baseline_prog)
+        if inputs is None
+        else baseline_prog.prepare_inputs(inputs if isinstance(inputs, (list, tuple)) else
+                                          [inputs], {})
+    )  # fmt: skip
+    shapes = ";".join(str(t.shape) for t in baseline_prog.inputs)
+    options = f"{shapes}|{dev.name}|atol={atol!r}|lossy={min_lossy_speedup!r}|b={budget}"
+    key = structural_hash(outs, extra=options)
+    store = TuneCache(cache_dir) if cache else None
+    hit = store.get(key) if store else None
+    if hit is not None:
+        variant = build_variant(outs, hit["variant"])
+        prog = compile_graph(list(variant.outputs), opt=0)
+        prog.opt = 2
+        prog.tune_report = dict(hit, cached=True)
+        return prog
+
+    lossy_allowed = atol > DEFAULT_ATOL
+    variants = build_variants(outs, lossy=lossy_allowed)
+    predicted = {name: estimate(list(v.outputs)) for name, v in variants.items()}
+    best_pred = min(predicted.values())
+    ranked = sorted(variants, key=lambda n: (predicted[n], n))
+    kept = [n for n in ranked if predicted[n] <= prune_factor * best_pred][:budget]
+    reference = dev.run(baseline_prog, feeds)
+    times, errors, programs = {}, {}, {}
+    for name in kept:
+        prog = compile_graph(list(variants[name].outputs), opt=0)
+        programs[name] = prog
+        errors[name] = _relative_deviation(dev.run(prog, feeds), reference)
+        times[name] = dev.measure(prog, feeds)
+    valid = [n for n in kept if errors[n] <= atol]
+    lossless = [n for n in valid if variants[n].lossless]
+    pool = lossless or ["native"]
+    if "native" not in programs:
+        programs["native"] = baseline_prog
+        times.setdefault("native", dev.measure(baseline_prog, feeds))
+        errors.setdefault("native", 0.0)
+    lossless_best = min(pool, key=lambda n: (times[n], n))
+    lossy_ok = [
+        n
+        for n in valid
+        if not variants[n].lossless and times[lossless_best] >= min_lossy_speedup * times[n]
+    ]
+    choice = min(lossy_ok, key=lambda n: (times[n], n)) if lossy_ok else lossless_best
+    report = {
+        "variant": choice,
+        "lossless": variants[choice].lossless if choice in variants else True,
+        "predicted_us": predicted,
+        "measured": sorted(kept),
+        "pruned": sorted(set(variants) - set(kept)),
+        "times_s": times,
+        "errors": errors,
+        "device": dev.name,
+    }
+    if store:
+        store.put(key, report)
+    prog = programs[choice]
+    prog.opt = 2
+    prog.tune_report = dict(report, cached=False)
+    return prog

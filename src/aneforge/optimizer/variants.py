@@ -1,0 +1,81 @@
+"""Named, rebuildable variants of a graph: the candidates opt=1 and the tuner choose from.
+
+A variant is a deterministic function of the graph and its name, so a tuning cache can
+store only the name. Lossless variants compute the same values (route swaps, canonical
+rewrites); the int8 variants are lossy and only enter where accuracy gates admit them.
+
+- ``native``: the graph as built (the ``opt=0`` program);
+- ``routes``: the lossless route pass (per bridge node, native or decomposition by the
+  cost model);
+- ``decomposed``: every route-bearing bridge op replaced by its fused decomposition;
+- ``canonical``: the route pass plus the canonical rewrites;
+- ``int8`` / ``routes+int8``: the whole-graph per-channel int8 weights on top.
+
+Example:
+    >>> import numpy as np, aneforge as af
+    >>> from aneforge.optimizer.variants import build_variants
+    >>> x = af.input((2, 8))
+    >>> sorted(build_variants([x @ np.ones((8, 4))], lossy=True))
+    ['int8', 'native']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..graph.hashing import structural_hash
+from ..graph.tensor import Tensor
+
+LOSSLESS = ("native", "routes", "decomposed", "canonical")
+LOSSY = ("int8", "routes+int8")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One candidate lowering."""
+
+    name: str
+    outputs: tuple[Tensor, ...]
+    lossless: bool
+
+
+def build_variant(outputs, name: str) -> Variant:
+    """Build variant ``name`` of the graph of ``outputs``."""
+    from ..cost.estimate import estimate
+    from ..numerics.compression import quantize_graph_int8
+    from .rewrite import rewrite
+    from .routes import decompose, select_routes
+    from .rules import CANONICAL
+
+    outs = list(outputs)
+    base, _, suffix = name.partition("+")
+    if name == "int8":
+        base, suffix = "native", "int8"
+    if base == "routes" or base == "canonical":
+        outs, _ = select_routes(outs, estimate)
+        if base == "canonical":
+            outs, _ = rewrite(outs, CANONICAL)
+    elif base == "decomposed":
+        outs, _ = decompose(outs)
+    elif base != "native":
+        raise ValueError(f"unknown variant '{name}'")
+    if suffix == "int8":
+        outs = quantize_graph_int8(outs)
+    elif suffix:
+        raise ValueError(f"unknown variant '{name}'")
+    return Variant(name, tuple(outs), suffix != "int8")
+
+
+def build_variants(outputs, lossy: bool) -> dict[str, Variant]:
+    """All distinct variants (duplicates by structural hash dropped, first name kept)."""
+    names = LOSSLESS + (LOSSY if lossy else ())
+    seen: dict[str, str] = {}
+    out: dict[str, Variant] = {}
+    for name in names:
+        v = build_variant(outputs, name)
+        h = structural_hash(v.outputs)
+        if h in seen:
+            continue
+        seen[h] = name
+        out[name] = v
+    return out
