@@ -19,11 +19,12 @@ import argparse
 import json
 import sys
 import time
+import warnings
 
 import numpy as np
 
 from . import __version__
-from .errors import AneforgeError, OptionError
+from .errors import AneforgeError, DispatchFloorWarning, OptionError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,24 +65,32 @@ def _resolve_models(name: str | None):
 def check_model(name: str, builder, seed: int = 0) -> dict:
     """Compile, emulate and compare one bundled model; return the report as a dict."""
     from .compiler import compile as compile_graph
+    from .cost.estimate import estimate_breakdown
     from .metrics import compare
     from .reference import reference
 
     start = time.perf_counter()
     x, y = builder(seed=seed)
-    prog = compile_graph(y)
+    with warnings.catch_warnings():  # the report shows the bound instead
+        warnings.simplefilter("ignore", DispatchFloorWarning)
+        prog = compile_graph(y)
     compiled = time.perf_counter()
     feed = np.random.default_rng(seed).standard_normal(x.shape)
     got = prog(feed)
     emulated = time.perf_counter()
     want = reference(prog, feed)
     done = time.perf_counter()
+    est = estimate_breakdown(prog)
     outs = [got] if not isinstance(got, tuple) else list(got)
     wants = [want] if not isinstance(want, tuple) else list(want)
     return {
         "model": name,
         "ops": prog.op_count,
         "flops": prog.flops,
+        "regions": len(prog.fused_regions),
+        "cuts": len(prog.cuts),
+        "estimate_us": est.total_us,
+        "bound": est.bound,
         "outputs": [
             dict(index=i, shape=list(o.shape), **compare(o, w))
             for i, (o, w) in enumerate(zip(outs, wants))
@@ -102,8 +111,10 @@ def _print_tables(reports: list[dict]) -> None:
     for rep in reports:
         secs = rep["seconds"]
         table = Table(
-            title=f"{rep['model']}: {rep['ops']} ops, {rep['flops'] / 1e6:.1f} MFLOP",
-            caption=f"compile {secs['compile'] * 1e3:.0f} ms, emulate "
+            title=f"{rep['model']}: {rep['ops']} ops, {rep['flops'] / 1e6:.1f} MFLOP, "
+            f"{rep['regions']} region(s), {rep['cuts']} cut(s)",
+            caption=f"estimated latency {rep['estimate_us']:.0f} us ({rep['bound']}-bound, "
+            f"default cost model)\ncompile {secs['compile'] * 1e3:.0f} ms, emulate "
             f"{secs['emulate'] * 1e3:.0f} ms, float64 reference "
             f"{secs['reference'] * 1e3:.0f} ms",
         )

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.graph.fp16 import FP16_EPS, FP16_MAX, narrow_sum, round_fp16, wide_prefix_sum
+from aneforge.graph.fp16 import FP16_EPS, FP16_MAX, narrow_sum, round_fp16
 from conftest import FP16_TINY, FP16_UNIT_ROUNDOFF
 
 DEVICES = ["emulator", "reference"]  # the fast path and the reference interpreter
@@ -302,16 +302,3 @@ def test_narrow_sum_flattens_several_axes_in_c_order():
 def test_narrow_sum_starts_from_positive_zero():
     got = narrow_sum(np.array([-0.0, -0.0], np.float16), axis=0)
     assert got == 0 and not np.signbit(got)
-
-
-def test_wide_prefix_sum_by_hand():
-    # float32 running sum 2048, 2049, 2050 -> fp16 2048, 2048 (tie, even), 2050
-    got = wide_prefix_sum(np.array([2048, 1, 1], np.float16))
-    assert got.dtype == np.float16
-    np.testing.assert_array_equal(got, [2048.0, 2048.0, 2050.0])
-    rows = wide_prefix_sum(np.array([[1, 2, 3], [0.5, 0.25, -1]], np.float16))
-    np.testing.assert_array_equal(rows, [[1, 3, 6], [0.5, 0.75, -0.25]])
-    assert float(wide_prefix_sum(np.ones(4096, np.float16))[-1]) == 4096.0
-    # a partial past 65504 is inf in fp16, yet the float32 sum keeps going
-    big = wide_prefix_sum(np.array([60000, 60000, -60000], np.float16))
-    np.testing.assert_array_equal(big, [60000.0, np.inf, 60000.0])

@@ -1,6 +1,6 @@
 """The 19 native bridge ops against independent references written here.
 
-Contracts (src/aneforge/graph/ops/bridge.py): every arithmetic step is one fp16 rounding,
+Contracts (src/aneforge/graph/ops/bridge/): every arithmetic step is one fp16 rounding,
 constants are rounded to fp16 first, "narrow" sums round every partial sum, sdpa and
 cross_correlation go through the wide matmul accumulator. Index outputs are fp16
 integers (exact up to 2048). The float64 executor runs the same math unrounded.

@@ -143,12 +143,14 @@ def _bound(nbytes: int, flops: int, c: Constants) -> str:
     return "compute" if flops / c.flops_per_us > nbytes / c.bw_bytes_per_us else "bandwidth"
 
 
-def estimate(out, int8: bool = False) -> float:
+def estimate(out, int8: bool = False, target=None) -> float:
     """Predicted latency in microseconds of a graph (Tensor(s)) or a compiled Program.
 
-    Uses the default measured cost model (spec 000); ``int8=True`` prices weights as
-    per-channel int8. Deterministic and measurement-free. See the module docstring for
-    the formula and its biases.
+    ``target=None`` uses the default measured cost model (spec 000, M5-class);
+    ``int8=True`` prices weights as per-channel int8. With ``target`` (an architecture
+    such as ``'h13'`` or a marketing name such as ``'M1'``) the analytic per-chip model
+    of :mod:`aneforge.cost.analytic` answers instead. Deterministic and
+    measurement-free. See the module docstrings for the formulas and their biases.
 
     Example:
         >>> import aneforge as af
@@ -156,7 +158,33 @@ def estimate(out, int8: bool = False) -> float:
         >>> af.estimate(x.relu()) == af.estimate(x.sigmoid())  # both at the floor
         True
     """
+    if target is not None:
+        from .analytic import analytic_estimate
+
+        if int8:
+            raise NotImplementedError(
+                "estimate(int8=True, target=...): per-chip int8 pricing arrives with issue 6"
+            )
+        return analytic_estimate(_program(out), _resolve(target))["total_us"]
     return estimate_breakdown(out, int8).total_us
+
+
+def _resolve(target):
+    """A Target from an architecture or marketing name."""
+    from ..targets import table
+
+    try:
+        from ..targets.names import resolve_target
+    except ImportError:  # names arrive with the targets table
+        resolve_target = None
+    if resolve_target is not None:
+        return resolve_target(target)
+    try:
+        return table.get_target(str(target))
+    except KeyError:
+        from ..errors import OptionError
+
+        raise OptionError(f"unknown target '{target}'") from None
 
 
 def warn_if_floor_dominated(prog) -> None:
@@ -169,7 +197,7 @@ def warn_if_floor_dominated(prog) -> None:
             "per-call overhead dominates. Batch more samples per call or chain more ops "
             "into one program; threads do not help (dispatch is single-in-flight).",
             DispatchFloorWarning,
-            stacklevel=4,  # user -> compile -> warn_if_floor_dominated
+            stacklevel=3,  # warn_if_floor_dominated <- compile <- the user's call
         )
 
 

@@ -9,9 +9,6 @@ them so the arithmetic contract (``docs/numerics.md``) lives in one place.
   fp16 operands and then rounding once gives the correctly rounded fp16 result.
 - :func:`narrow_sum` is the reduce_sum accumulator: every partial sum rounded to fp16,
   terms added one at a time in ascending index order.
-- :func:`wide_prefix_sum` is the matmul accumulator applied to a prefix sum (cumsum as
-  ``x @ triu_ones``): each term is exact (x*1), the running sum is float32, each output
-  rounded to fp16.
 
 Example:
     >>> import numpy as np
@@ -22,10 +19,17 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+from contextvars import ContextVar
+
 import numpy as np
 
 FP16_MAX = 65504.0
 FP16_EPS = 2.0**-10  # spacing of fp16 values in [1, 2)
+
+# The reduction route of the chip being emulated (None: the generic sequential model).
+# Set only through :func:`reduction_route` by the per-chip layer (``emulator/chips.py``).
+_ROUTE_CHUNK: ContextVar[int | None] = ContextVar("aneforge_route_chunk", default=None)
 
 
 def round_fp16(x) -> np.ndarray:
@@ -65,27 +69,52 @@ def narrow_sum(x: np.ndarray, axis, keepdims: bool = False) -> np.ndarray:
     x = np.asarray(x, dtype=np.float16)
     axes = _normalize_axes(axis, x.ndim)
     flat = _move_to_end(x, axes)
-    acc = np.zeros(flat.shape[:-1], dtype=np.float16)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for k in range(flat.shape[-1]):
-            acc = acc + flat[..., k]  # NumPy fp16 add: exact in fp32, rounded once
+    chunk = _ROUTE_CHUNK.get()
+    if chunk is not None and flat.shape[-1] > chunk:
+        acc = _chunked_sum(flat, chunk)
+    else:
+        acc = _sequential_sum(flat)
     if keepdims:
         acc = acc.reshape(tuple(1 if a in axes else n for a, n in enumerate(x.shape)))
     return acc
 
 
-def wide_prefix_sum(x: np.ndarray) -> np.ndarray:
-    """Cumulative sum over the last axis through the wide (float32) accumulator.
+def _sequential_sum(flat: np.ndarray) -> np.ndarray:
+    """Narrow sum over the last axis, one term at a time from +0."""
+    acc = np.zeros(flat.shape[:-1], dtype=np.float16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in range(flat.shape[-1]):
+            acc = acc + flat[..., k]  # NumPy fp16 add: exact in fp32, rounded once
+    return acc
+
+
+def _chunked_sum(flat: np.ndarray, chunk: int) -> np.ndarray:
+    """The split route: consecutive chunks of ``chunk`` terms (the last one shorter) each
+    narrow-summed from +0, then the chunk partials narrow-summed in order."""
+    n = flat.shape[-1]
+    partials = [_sequential_sum(flat[..., i : i + chunk]) for i in range(0, n, chunk)]
+    return _sequential_sum(np.stack(partials, axis=-1))
+
+
+@contextlib.contextmanager
+def reduction_route(chunk: int | None):
+    """Within the block, every :func:`narrow_sum` over more than ``chunk`` terms takes the
+    split route (chunks of ``chunk`` terms summed narrowly, then their partials summed
+    narrowly); ``None`` is the generic sequential model. Used by the per-chip emulator.
 
     Example:
         >>> import numpy as np
-        >>> float(wide_prefix_sum(np.ones(4096, np.float16))[-1])
+        >>> with reduction_route(384):
+        ...     float(narrow_sum(np.ones(4096, np.float16), axis=0))
         4096.0
     """
-    x = np.asarray(x, dtype=np.float16)
-    with np.errstate(over="ignore", invalid="ignore"):
-        acc = np.cumsum(x.astype(np.float32), axis=-1, dtype=np.float32)
-    return round_fp16(acc)
+    if chunk is not None and (isinstance(chunk, bool) or int(chunk) < 1):
+        raise ValueError(f"reduction_route: chunk must be a positive integer, got {chunk!r}")
+    token = _ROUTE_CHUNK.set(None if chunk is None else int(chunk))
+    try:
+        yield
+    finally:
+        _ROUTE_CHUNK.reset(token)
 
 
 def _normalize_axes(axis, ndim: int) -> tuple[int, ...]:

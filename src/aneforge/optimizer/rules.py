@@ -88,13 +88,18 @@ def _mul_by_one(node):
     return _operand_if(node, 1.0, commutative=True)
 
 
+def _first(*candidates):
+    """The first candidate that is not None (tensors have no truth value)."""
+    return next((c for c in candidates if c is not None), None)
+
+
 def _add_zero(node):
     # x + (-0) == x for every x; x + (+0) differs only by turning -0 into +0.
-    return _operand_if(node, -0.0, True) or _operand_if(node, 0.0, True)
+    return _first(_operand_if(node, -0.0, True), _operand_if(node, 0.0, True))
 
 
 def _sub_zero(node):
-    return _operand_if(node, 0.0, False) or _operand_if(node, -0.0, False)
+    return _first(_operand_if(node, 0.0, False), _operand_if(node, -0.0, False))
 
 
 def _double_neg(node):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import AttributeValueError, ShapeError
-from ..fp16 import exact, round_fp16
+from ..fp16 import exact, narrow_sum, round_fp16
+from ..registry import get_op
 
 
 def broadcast_shape(op: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
@@ -83,3 +84,88 @@ def pads(op: str, value, nd: int) -> tuple[tuple[int, int], ...]:
     raise AttributeValueError(
         f"{op}: pad {value} needs 1, {nd} or {2 * nd} values (begins then ends)"
     )
+
+
+class Steps:
+    """The arithmetic a kernel body runs with: rounded fp16 steps or exact float64.
+
+    One body serves both executors: :func:`step_kernels` runs it with ``Steps(True, mm)``
+    for the emulator and ``Steps(False)`` for the float64 reference. Values are always
+    carried as float64 arrays; with ``fp16=True`` each :meth:`step` rounds to fp16 (the
+    values stay exactly representable in fp16), constants are held in fp16, :meth:`total`
+    and :meth:`mean` use the narrow accumulator and :meth:`matmul` the executor's
+    wide-accumulator backend ``mm``. With ``fp16=False`` every method is exact.
+
+    Example:
+        >>> import numpy as np
+        >>> from aneforge.graph.ops.common import Steps
+        >>> x = np.array([0.5, 2049.0])
+        >>> Steps(True).step(x).tolist(), Steps(False).step(x).tolist()
+        ([0.5, 2048.0], [0.5, 2049.0])
+        >>> float(Steps(True).total(np.ones(4096), 0)), Steps(True).const(0.1)
+        (2048.0, 0.0999755859375)
+    """
+
+    def __init__(self, fp16: bool, mm=None):
+        self.fp16 = fp16
+        self.mm = mm
+
+    def step(self, value):
+        """One elementwise op: rounded once to fp16, or kept exact."""
+        value = np.asarray(value, dtype=np.float64)
+        return round_fp16(value).astype(np.float64) if self.fp16 else value
+
+    def const(self, value: float) -> float:
+        """A constant attribute as the engine holds it (fp16) or as given."""
+        return float(round_fp16(value)) if self.fp16 else float(value)
+
+    def total(self, x, axis, keepdims=False):
+        """Sum over ``axis``: the narrow fp16 accumulator (of ``x`` rounded to fp16, the
+        identity on fp16 values), or an exact float64 sum."""
+        if self.fp16:
+            return narrow_sum(round_fp16(x), axis, keepdims=keepdims).astype(np.float64)
+        return np.sum(x, axis=axis, keepdims=keepdims)
+
+    def mean(self, x, axes):
+        """Mean over ``axes``, kept as size-1 dims: the narrow sum divided by the count
+        and rounded once, or the exact float64 mean."""
+        if self.fp16:
+            n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+            return self.step(self.total(x, axes, keepdims=True) / n)
+        return np.mean(x, axis=axes, keepdims=True)
+
+    def matmul(self, a3, b3):
+        """(B, M, K) @ (B, K, N): the wide-accumulator backend, or float64 matmul."""
+        if self.fp16:
+            a16 = np.ascontiguousarray(round_fp16(a3))
+            b16 = np.ascontiguousarray(round_fp16(b3))
+            return np.asarray(self.mm(a16, b16), dtype=np.float64)
+        return np.matmul(a3, b3)
+
+    def softmax_last(self, x):
+        """Softmax over the last axis, by the registered softmax op's own kernels."""
+        softmax = get_op("softmax")
+        if self.fp16:
+            y = softmax.emulate([round_fp16(x)], {"axis": -1}, self.mm)
+            return np.asarray(y, dtype=np.float64)
+        return softmax.exact([x], {"axis": -1})
+
+
+def step_kernels(body):
+    """(emulate, exact) kernels of a body ``body(steps, inputs, attrs) -> float64``.
+
+    Inputs reach the body as float64 arrays and ``steps`` is a :class:`Steps`; the
+    emulator's result is rounded to fp16 once more (the identity after a final step).
+    """
+
+    def emulate(inputs, attrs, mm=None):
+        with np.errstate(all="ignore"):
+            args = [np.asarray(x, dtype=np.float64) for x in inputs]
+            return round_fp16(body(Steps(True, mm), args, attrs))
+
+    def exact(inputs, attrs):
+        with np.errstate(all="ignore"):
+            args = [np.asarray(x, dtype=np.float64) for x in inputs]
+            return np.asarray(body(Steps(False), args, attrs), dtype=np.float64)
+
+    return emulate, exact

@@ -21,41 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeError
-from ..fp16 import narrow_sum, round_fp16
 from ..registry import OpDef, bool_attr, float_attr, int_attr, register
-from .common import norm_axis
-
-
-def _r(x):
-    return round_fp16(x)
+from .common import norm_axis, step_kernels
 
 
 def _f(x):
     return np.asarray(x, dtype=np.float64)
-
-
-class _Arith:
-    """One rounded fp16 step per call (``fp16``) or exact float64 steps (``exact``)."""
-
-    def __init__(self, fp16: bool):
-        self.fp16 = fp16
-
-    def step(self, value):
-        return _r(value) if self.fp16 else value
-
-    def mean(self, x, axes):
-        n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-        if self.fp16:
-            return _r(_f(narrow_sum(x, axes, keepdims=True)) / n)
-        return np.mean(x, axis=axes, keepdims=True)
-
-    def total(self, x, axes):
-        if self.fp16:
-            return narrow_sum(x, axes, keepdims=True)
-        return np.sum(x, axis=axes, keepdims=True)
-
-    def const(self, value):
-        return _f(_r(value)) if self.fp16 else value
 
 
 def _affine(a, y, inputs, attrs, shape):
@@ -114,21 +85,9 @@ def _batch_norm(a, inputs, attrs):
 def _l2_norm(a, inputs, attrs):
     x = inputs[0]
     axis = norm_axis("l2_norm", attrs["axis"], x.ndim)
-    ss = a.total(a.step(_f(x) * _f(x)), (axis,))
+    ss = a.total(a.step(_f(x) * _f(x)), (axis,), keepdims=True)
     r = a.step(1.0 / np.sqrt(np.maximum(_f(ss), a.const(attrs["eps"]))))
     return a.step(_f(x) * _f(r))
-
-
-def _kernels(fn):
-    def emulate(inputs, attrs, mm=None):
-        with np.errstate(all="ignore"):
-            return _r(fn(_Arith(True), inputs, attrs))
-
-    def exact(inputs, attrs):
-        with np.errstate(all="ignore"):
-            return _f(fn(_Arith(False), inputs, attrs))
-
-    return emulate, exact
 
 
 def _params_shape(name, n_stats=0):
@@ -199,7 +158,7 @@ _NORMS = {
 }
 
 for _name, (_fn, _attrs, _stats, _doc) in _NORMS.items():
-    _emu, _ex = _kernels(_fn)
+    _emu, _ex = step_kernels(_fn)
     register(
         OpDef(
             _name,

@@ -5,14 +5,16 @@ accumulator (:func:`~aneforge.graph.fp16.narrow_sum`: reduced axes flattened in 
 every partial sum rounded to fp16). mean divides that sum by the count, rounded once.
 amax/amin are exact. softmax is max-subtracted: d = fp16(x - max), e = fp16(exp(d)),
 y = fp16(e / narrow_sum(e)). cumsum runs through the WIDE matmul accumulator, as the
-engine lowers it to ``x @ triu_ones`` (float32 running sum, each output rounded).
+engine lowers it to ``x @ triu_ones``, and the emulator runs exactly that matmul (a
+float32 running sum, each output rounded; a later inf or nan makes earlier outputs nan,
+since ``inf * 0`` is nan).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..fp16 import narrow_sum, round_fp16, wide_prefix_sum
+from ..fp16 import narrow_sum, round_fp16
 from ..registry import Attr, OpDef, bool_attr, check_int_tuple, int_attr, register
 from .common import norm_axes, norm_axis, same_shape
 
@@ -152,6 +154,14 @@ def _cumsum_shape(in_shapes, attrs):
     return same_shape(in_shapes, attrs)
 
 
+def _cumsum_emulate(inputs, attrs, mm):
+    """``x @ triu(ones)``, literally: the engine's lowering (so inf * 0 gives nan)."""
+    x = inputs[0]
+    k = x.shape[-1]
+    triu = np.triu(np.ones((k, k), np.float16))[None]
+    return mm(np.ascontiguousarray(x.reshape(1, -1, k)), triu).reshape(x.shape)
+
+
 register(
     OpDef(
         "cumsum",
@@ -159,7 +169,7 @@ register(
         1,
         {},
         _cumsum_shape,
-        lambda inputs, attrs, mm=None: wide_prefix_sum(inputs[0]),
+        _cumsum_emulate,
         lambda inputs, attrs: np.cumsum(inputs[0], axis=-1),
         doc="cumulative sum over the last axis (x @ triu_ones: wide accumulator)",
     )

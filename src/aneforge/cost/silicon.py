@@ -1,0 +1,91 @@
+"""Published silicon timings (``data/silicon_calibration.csv``) as graphs to estimate.
+
+Each row is a GEMM ``x[M,K] @ W[K,N]`` or a chain of ``layers`` "same"-padded stride-1
+convolutions, with the chip (marketing name) and the measured latency. This module
+builds each workload with the graph API and scores a model on them by the
+geometric-mean error factor ``exp(mean |ln(pred / meas)|)`` and the worst factor.
+
+Example:
+    >>> from aneforge.cost.silicon import load_rows
+    >>> len(load_rows()) >= 18
+    True
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+
+# The chips the bundled timings name, and the architecture each is modelled as.
+# (aneforge.targets.names holds the full, documented mapping.)
+CHIP_ARCH = {"M1": "h13", "M2 Pro": "h14", "M5 Pro": "h17s"}
+
+
+@dataclass(frozen=True)
+class SiliconRow:
+    """One published timing."""
+
+    chip: str
+    workload: str
+    dims: dict
+    latency_us: float
+    source: str
+
+    @property
+    def label(self) -> str:
+        d = self.dims
+        if self.workload == "gemm":
+            return f"{self.chip} gemm {d['M']}x{d['K']}x{d['N']}"
+        return (
+            f"{self.chip} conv {d['C_in']}->{d['C_out']} {d['H']}x{d['W']} "
+            f"k{d['kernel']} x{d['layers']}"
+        )
+
+
+def load_rows(text: str | None = None) -> list[SiliconRow]:
+    """Parse the bundled CSV (or ``text`` in the same format)."""
+    if text is None:
+        text = resources.files("aneforge.data").joinpath("silicon_calibration.csv").read_text()
+    rows = []
+    for r in csv.DictReader(io.StringIO(text)):
+        dims = {
+            k: int(r[k])
+            for k in ("M", "K", "N", "C_in", "C_out", "H", "W", "kernel", "layers")
+            if r.get(k, "").strip()
+        }
+        rows.append(
+            SiliconRow(r["chip"], r["workload"], dims, float(r["latency_ms"]) * 1e3, r["source"])
+        )
+    return rows
+
+
+def build_workload(row: SiliconRow):
+    """The row's workload as an aneforge graph (weights are zeros: only shapes matter)."""
+    from ..graph import api
+    from ..graph.tensor import input as graph_input
+    from ..graph.tensor import weight
+
+    d = row.dims
+    if row.workload == "gemm":
+        x = graph_input((d["M"], d["K"]), name="x")
+        return x @ weight(np.zeros((d["K"], d["N"]), np.float16))
+    if row.workload == "conv":
+        x = graph_input((1, d["C_in"], d["H"], d["W"]), name="x")
+        y, cin, k = x, d["C_in"], d["kernel"]
+        for _ in range(d.get("layers", 1)):
+            w = weight(np.zeros((d["C_out"], cin, k, k), np.float16))
+            y = api.conv(y, w, pad=k // 2)
+            cin = d["C_out"]
+        return y
+    raise ValueError(f"unknown workload '{row.workload}'")
+
+
+def error_factors(pairs) -> tuple[float, float]:
+    """(geometric-mean error factor, worst factor) of (predicted, measured) pairs."""
+    logs = [abs(math.log(p / m)) for p, m in pairs]
+    return math.exp(sum(logs) / len(logs)), math.exp(max(logs))

@@ -1,0 +1,327 @@
+"""The geometry bridge ops: cross_product, cross_correlation, cost_volume, fps and
+radius_search."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ....errors import AttributeValueError, ShapeError
+from ...registry import Attr, check_float, int_attr
+from ...tensor import Tensor, make
+from ..common import broadcast_shape, norm_axis
+from ._common import bridge_op, need_rank
+from .selection import as_indices, check_index_range, first_max
+
+
+def _cross_shape(in_shapes, attrs):
+    a, b = in_shapes
+    out = broadcast_shape("cross_product", [a, b])
+    axis = norm_axis("cross_product", attrs["axis"], len(out))
+    for label, s in (("a", a), ("b", b)):
+        padded = (1,) * (len(out) - len(s)) + tuple(s)
+        if padded[axis] != 3:
+            raise ShapeError(
+                f"cross_product: {label} {s} must have 3 components along axis "
+                f"{attrs['axis']}, got {padded[axis]}; move the 3-vector axis there"
+            )
+    return out
+
+
+def _cross_body(st, inputs, attrs):
+    a, b = inputs
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    axis = attrs["axis"] % len(shape)
+    a = np.moveaxis(np.broadcast_to(a, shape), axis, -1)
+    b = np.moveaxis(np.broadcast_to(b, shape), axis, -1)
+
+    def component(i, j):
+        return st.step(st.step(a[..., i] * b[..., j]) - st.step(a[..., j] * b[..., i]))
+
+    out = np.stack([component(1, 2), component(2, 0), component(0, 1)], axis=-1)
+    return np.moveaxis(out, -1, axis)
+
+
+_CROSS_PRODUCT = bridge_op(
+    "cross_product",
+    2,
+    {"axis": int_attr(-1, None, "axis")},
+    _cross_shape,
+    _cross_body,
+    "3-vector cross product a x b along axis",
+)
+
+
+def cross_product(a, b, axis=-1) -> Tensor:
+    """Cross product ``a x b`` of 3-vectors laid along ``axis``.
+
+    Inputs: ``a``, ``b`` broadcasting together (NumPy rules), each with size 3 along
+    ``axis`` of the broadcast shape. Attributes: ``axis`` (default -1). Output: the
+    broadcast shape. Emulator numerics: each component
+    ``fp16(fp16(a1*b2) - fp16(a2*b1))`` (and its cyclic shifts).
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> from aneforge.graph.ops.bridge import cross_product
+        >>> a = af.input((3,))
+        >>> af.compile(cross_product(a, np.array([0.0, 1.0, 0.0])))(np.array([1.0, 0, 0]))
+        array([0., 0., 1.], dtype=float32)
+    """
+    return make("cross_product", a, b, axis=axis)
+
+
+def _xcorr_shape(in_shapes, attrs):
+    x, t = in_shapes
+    need_rank("cross_correlation", x, (4,), "[N, C, H, W] (x)")
+    need_rank("cross_correlation", t, (3,), "[C, th, tw] (template)")
+    if t[0] != x[1]:
+        raise ShapeError(
+            f"cross_correlation: template {t} has {t[0]} channels but x {x} has {x[1]}; "
+            "they must match"
+        )
+    if t[1] > x[2] or t[2] > x[3]:
+        raise ShapeError(
+            f"cross_correlation: template {t} is larger than the image {x[2:]} of x {x}; "
+            "valid mode needs th <= H and tw <= W"
+        )
+    return (x[0], 1, x[2] - t[1] + 1, x[3] - t[2] + 1)
+
+
+def _xcorr_body(st, inputs, attrs):
+    x, t = inputs
+    n, c, h, w = x.shape
+    th, tw = t.shape[1:]
+    win = np.lib.stride_tricks.sliding_window_view(x, (th, tw), axis=(2, 3))
+    ho, wo = win.shape[2], win.shape[3]
+    cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(1, n * ho * wo, c * th * tw)
+    y = st.matmul(cols, t.reshape(1, c * th * tw, 1))
+    return y.reshape(n, 1, ho, wo)
+
+
+def _xcorr_flops(in_shapes, out_shape, attrs):
+    per_out = int(np.prod(in_shapes[1], dtype=np.int64))
+    return 2 * per_out * int(np.prod(out_shape, dtype=np.int64))
+
+
+_CROSS_CORRELATION = bridge_op(
+    "cross_correlation",
+    2,
+    {},
+    _xcorr_shape,
+    _xcorr_body,
+    "valid-mode cross-correlation of [N,C,H,W] with a [C,th,tw] template tensor",
+    flops=_xcorr_flops,
+)
+
+
+def cross_correlation(x, template) -> Tensor:
+    """Valid-mode cross-correlation of images with a template tensor (summed over C).
+
+    Inputs: ``x`` [N, C, H, W]; ``template`` [C, th, tw] (a tensor, not a weight; arrays
+    become fp16 weights), th <= H, tw <= W. Output: [N, 1, H-th+1, W-tw+1] with
+    ``out[n, 0, y, x0] = sum over c, i, j of x[n, c, y+i, x0+j] * template[c, i, j]``.
+    Emulator numerics: a contraction through the executor's matmul backend (an im2col
+    of ``x`` against the flattened template): products rounded to fp16, added into the
+    wide float32 accumulator in (c, i, j) order, rounded once. FLOPs: 2*C*th*tw per
+    output.
+
+    Example:
+        >>> import aneforge as af
+        >>> from aneforge.graph.ops.bridge import cross_correlation
+        >>> cross_correlation(af.input((1, 3, 8, 8)), af.input((3, 3, 2))).shape
+        (1, 1, 6, 7)
+    """
+    return make("cross_correlation", x, template)
+
+
+def _cost_volume_shape(in_shapes, attrs):
+    left, right = in_shapes
+    need_rank("cost_volume", left, (4,), "[N, C, H, W] (left)")
+    if tuple(right) != tuple(left):
+        raise ShapeError(f"cost_volume: left {left} and right {right} must have the same shape")
+    n, _, h, w = left
+    return (n, attrs["max_disp"], h, w)
+
+
+def _cost_volume_body(st, inputs, attrs):
+    left, right = inputs
+    n, c, h, w = left.shape
+    out = np.zeros((n, attrs["max_disp"], h, w))
+    for d in range(min(attrs["max_disp"], w)):
+        prod = st.step(left[..., d:] * right[..., : w - d])
+        out[:, d, :, d:] = st.step(st.total(prod, 1) / c)
+    return out
+
+
+_COST_VOLUME = bridge_op(
+    "cost_volume",
+    2,
+    {"max_disp": int_attr(None, 1, "max_disp", required=True)},
+    _cost_volume_shape,
+    _cost_volume_body,
+    "stereo correlation volume: mean over channels of left * right shifted by d",
+)
+
+
+def cost_volume(left, right, max_disp) -> Tensor:
+    """Stereo correlation cost volume over disparities ``0 .. max_disp-1``.
+
+    Inputs: ``left``, ``right`` [N, C, H, W] of the same shape. Attributes:
+    ``max_disp`` (>= 1). Output: [N, max_disp, H, W] with
+    ``out[n, d, h, w] = mean over c of left[n, c, h, w] * right[n, c, h, w - d]`` and 0
+    where ``w - d < 0`` (disparities >= W give all-zero planes).
+    Emulator numerics: products ``fp16(left * right)``; the sum over c by the narrow
+    fp16 accumulator (ascending c); divided by C and rounded once.
+
+    Example:
+        >>> import aneforge as af
+        >>> from aneforge.graph.ops.bridge import cost_volume
+        >>> cost_volume(af.input((1, 4, 5, 6)), af.input((1, 4, 5, 6)), 3).shape
+        (1, 3, 5, 6)
+    """
+    return make("cost_volume", left, right, max_disp=max_disp)
+
+
+def _sq_dist(st, p, c):
+    """Squared distance over the last axis (3 coords): fp16(p - c), fp16(d*d), then the
+    coordinates summed in order by the narrow accumulator (exact steps in float64)."""
+    d = st.step(p - c)
+    sq = st.step(d * d)
+    acc = np.zeros(sq.shape[:-1])
+    for i in range(sq.shape[-1]):
+        acc = st.step(acc + sq[..., i])
+    return acc
+
+
+def _fps_shape(in_shapes, attrs):
+    p = in_shapes[0]
+    if len(p) not in (2, 3) or p[-1] != 3:
+        raise ShapeError(f"fps: points must be [N, 3] or [B, N, 3], got shape {p}")
+    n, k = p[-2], attrs["k"]
+    if k > n:
+        raise ShapeError(f"fps: k={k} is larger than the {n} points of {p}; use k <= {n}")
+    check_index_range("fps", n, f"the point axis of {p}")
+    return p[:-2] + (k,)
+
+
+def _fps_body(st, inputs, attrs):
+    pts = inputs[0]
+    batched = pts if pts.ndim == 3 else pts[None]
+    nb, k = batched.shape[0], attrs["k"]
+    rows = np.arange(nb)
+    chosen = np.zeros((nb, k), dtype=np.int64)
+    mind = _sq_dist(st, batched, batched[:, :1, :])
+    for i in range(1, k):
+        nxt = first_max(mind, 1)
+        chosen[:, i] = nxt
+        mind = np.minimum(mind, _sq_dist(st, batched, batched[rows, nxt][:, None, :]))
+    out = chosen if pts.ndim == 3 else chosen[0]
+    return as_indices(out)
+
+
+_FPS = bridge_op(
+    "fps",
+    1,
+    {"k": int_attr(None, 1, "k", required=True)},
+    _fps_shape,
+    _fps_body,
+    "farthest point sampling: indices of k points, starting at point 0",
+    flags=("index_output", "data_dependent"),
+)
+
+
+def fps(points, k) -> Tensor:
+    """Farthest point sampling: the indices of ``k`` well spread points.
+
+    Inputs: ``points`` [N, 3] or [B, N, 3]. Attributes: ``k`` (1 <= k <= N). Output:
+    [k] (or [B, k]). Starts at point 0, then repeatedly picks the point with the largest
+    minimum squared distance to the points chosen so far (ties: the lowest index). Data
+    dependent and iterative. Indices are fp16 integers, exact up to 2048, so N may be at
+    most 2049 (more raises ShapeError at build time).
+    Emulator numerics: squared distances in fp16 steps ``d = fp16(p - c)``,
+    ``fp16(d*d)``, summed over the 3 coordinates by the narrow fp16 accumulator; the
+    running minimum is kept in fp16 (exact comparisons).
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> from aneforge.graph.ops.bridge import fps
+        >>> pts = np.array([[0.0, 0, 0], [1, 0, 0], [5, 0, 0], [2, 0, 0]])
+        >>> af.compile(fps(af.input((4, 3)), 3))(pts)
+        array([0., 2., 3.], dtype=float32)
+    """
+    return make("fps", points, k=k)
+
+
+def _radius_attr():
+    def check(value, op):
+        out = check_float(value, op, "radius")
+        if out < 0:
+            raise AttributeValueError(f"{op}: radius must be >= 0, got {value!r}")
+        return out
+
+    return Attr(check, None, required=True)
+
+
+def _radius_shape(in_shapes, attrs):
+    p, c = in_shapes
+    for label, s in (("points", p), ("centers", c)):
+        if len(s) != 2 or s[-1] != 3:
+            raise ShapeError(f"radius_search: {label} must be [count, 3], got shape {s}")
+    check_index_range("radius_search", p[0], f"the point axis of points {p}")
+    return (c[0], attrs["max_neighbors"])
+
+
+def _radius_body(st, inputs, attrs):
+    pts, centers = inputs
+    m, n, kmax = centers.shape[0], pts.shape[0], attrs["max_neighbors"]
+    dist = _sq_dist(st, pts[None, :, :], centers[:, None, :])  # (M, N)
+    r = st.const(attrs["radius"])
+    within = dist <= st.step(r * r)
+    ranked = np.argsort(~within, axis=1, kind="stable")  # hits first, ascending index
+    count = within.sum(axis=1)
+    take = min(kmax, n)
+    out = np.full((m, kmax), -1.0)
+    keep = np.arange(take)[None, :] < count[:, None]
+    out[:, :take] = np.where(keep, ranked[:, :take], -1)
+    return out
+
+
+_RADIUS_SEARCH = bridge_op(
+    "radius_search",
+    2,
+    {
+        "radius": _radius_attr(),
+        "max_neighbors": int_attr(None, 1, "max_neighbors", required=True),
+    },
+    _radius_shape,
+    _radius_body,
+    "indices of the points within radius of each center, -1 padded",
+    flags=("index_output", "data_dependent"),
+)
+
+
+def radius_search(points, centers, radius, max_neighbors) -> Tensor:
+    """Ball query: for each center, the indices of the points within ``radius``.
+
+    Inputs: ``points`` [N, 3], ``centers`` [M, 3]. Attributes: ``radius`` (>= 0),
+    ``max_neighbors`` (>= 1). Output: [M, max_neighbors]: the first ``max_neighbors``
+    indices (ascending) of the points whose squared distance to the center is
+    <= radius**2, padded with -1. Indices are fp16 integers, exact up to 2048, so N may
+    be at most 2049 (more raises ShapeError at build time).
+    Emulator numerics: squared distances as in :func:`fps` (``d = fp16(p - c)``,
+    ``fp16(d*d)``, narrow sum over the coordinates), compared exactly with
+    ``fp16(fp16(radius) * fp16(radius))``; the reference compares the exact squared
+    distance with ``radius**2``.
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> from aneforge.graph.ops.bridge import radius_search
+        >>> pts = np.array([[0.0, 0, 0], [3, 0, 0], [0.5, 0, 0]])
+        >>> out = radius_search(af.input((3, 3)), af.input((1, 3)), 1.0, 3)
+        >>> af.compile(out)(pts, np.zeros((1, 3)))
+        array([[ 0.,  2., -1.]], dtype=float32)
+    """
+    return make("radius_search", points, centers, radius=radius, max_neighbors=max_neighbors)
+
+
+#: This module's op records; the package registers them in BRIDGE_OPS order.
+OPS = (_CROSS_PRODUCT, _CROSS_CORRELATION, _COST_VOLUME, _FPS, _RADIUS_SEARCH)

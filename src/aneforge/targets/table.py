@@ -1,0 +1,90 @@
+"""The engine targets: 25 architectures in five capability families, with their curves.
+
+Families (spec 000, issue 4): F1 has no MIL path; F2 is the A13 tier (M1), F3 the A14
+tier, F4 the A15 tier, F5 the A16 tier. Each architecture carries its hardware curve
+(cores, operating clock 0.8 * fmax, effective clock) from ``data/chip_curves.json``; an
+architecture without its own curve folds to the die of its generation, else to its
+family's representative die, and says so (``curve_from``).
+
+Example:
+    >>> from aneforge.targets.table import get_target
+    >>> t = get_target("h14g")
+    >>> t.family, t.curve_from
+    (3, 'h14')
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from importlib import resources
+
+FAMILIES: dict[int, tuple[str, ...]] = {
+    1: ("h11", "h12", "m9", "t0"),
+    2: ("h13", "h13g", "t1"),
+    3: ("h14", "h14g", "h14c"),
+    4: ("h15", "h15g", "h15c", "m11"),
+    5: ("h16", "h16g", "h16c", "h16s", "h17", "h17a", "h17g", "h17s", "h17c", "h17d", "h18"),
+}
+FAMILY_TIER = {1: "no MIL", 2: "A13", 3: "A14", 4: "A15", 5: "A16"}
+# The die whose curve stands for a family member that has none of its own.
+FAMILY_REPRESENTATIVE = {1: "h11", 2: "h13", 3: "h14", 4: "h15", 5: "h17s"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One engine architecture and the hardware figures the cost model scales by."""
+
+    arch: str
+    family: int
+    cores: int
+    fmax_hz: float
+    clock_hz: float  # operating clock, 0.8 * fmax
+    eff_clock_hz: float  # the engine's effective clock at that operating point
+    curve_from: str  # the architecture whose measured curve these figures are
+
+    @property
+    def tier(self) -> str:
+        """The capability tier label of the family ('A13', 'A16', ...)."""
+        return FAMILY_TIER[self.family]
+
+    @property
+    def has_mil(self) -> bool:
+        """Whether the architecture compiles ML programs at all (F1 does not)."""
+        return self.family >= 2
+
+
+@lru_cache(maxsize=1)
+def _curves() -> dict[str, dict]:
+    text = resources.files("aneforge.data").joinpath("chip_curves.json").read_text()
+    return json.loads(text)["chips"]
+
+
+def _curve_source(arch: str, family: int) -> str:
+    curves = _curves()
+    if arch in curves:
+        return arch
+    generation = arch[:3]  # "h17a" -> "h17"
+    if generation in curves and generation in FAMILIES[family]:
+        return generation
+    return FAMILY_REPRESENTATIVE[family]
+
+
+@cache
+def get_target(arch: str) -> Target:
+    """The :class:`Target` of an architecture name (``'h13'``, ``'h17s'``, ...)."""
+    key = arch.lower()
+    for family, members in FAMILIES.items():
+        if key in members:
+            src = _curve_source(key, family)
+            c = _curves()[src]
+            return Target(
+                key, family, c["cores"], c["fmax_hz"], c["clock_hz"], c["eff_clock_hz"], src
+            )
+    raise KeyError(arch)
+
+
+def all_targets() -> list[Target]:
+    """Every architecture, family by family."""
+    return [get_target(a) for members in FAMILIES.values() for a in members]
