@@ -26,7 +26,7 @@ except ImportError:  # running from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import aneforge as af
 
-from aneforge.cost.silicon import CHIP_ARCH, build_workload, error_factors, load_rows
+from aneforge.cost.silicon import build_workload, chip_arch, error_factors, load_rows
 from aneforge.cost.spec_baseline import spec_estimate_us
 
 
@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     model, spec = [], []
     print(f"{'workload':<42} {'arch':>5} {'measured':>10} {'model':>10} {'spec':>10}  (us)")
     for row in rows:
-        arch = CHIP_ARCH[row.chip]
+        arch = chip_arch(row.chip)
         out = build_workload(row)
         pred = af.estimate(out, target=arch)
         base = spec_estimate_us(out, arch)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from aneforge.compiler.compile import build_program  # noqa: E402
 from aneforge.cost.analytic import AnalyticParams, analytic_estimate  # noqa: E402
-from aneforge.cost.silicon import CHIP_ARCH, build_workload, load_rows  # noqa: E402
+from aneforge.cost.silicon import build_workload, chip_arch, load_rows  # noqa: E402
 from aneforge.targets.table import get_target  # noqa: E402
 
 OUT = ROOT / "src" / "aneforge" / "data" / "analytic_model.json"
@@ -49,7 +49,7 @@ START = {
 
 def problems():
     rows = load_rows()
-    return [(r, build_program([build_workload(r)]), get_target(CHIP_ARCH[r.chip])) for r in rows]
+    return [(r, build_program([build_workload(r)]), get_target(chip_arch(r.chip))) for r in rows]
 
 
 def params_of(vec) -> AnalyticParams:

@@ -44,6 +44,7 @@ from .optimizer import canonicalize, reduce_sum_to_matmul
 from .optimizer.routes import route_registry
 from .optimizer.tune import tune
 from .reference import reference
+from .targets import estimate_provenance, project_peak, resolve_target, targets
 
 __version__ = "0.1.0"
 
@@ -77,6 +78,10 @@ __all__ = [
     "reduce_sum_to_matmul",
     "reference",
     "register_device",
+    "resolve_target",
+    "estimate_provenance",
+    "project_peak",
+    "targets",
     "route_registry",
     "tune",
     "__version__",

@@ -18,13 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-import warnings
-
-import numpy as np
 
 from . import __version__
-from .errors import AneforgeError, DispatchFloorWarning, OptionError
+from .errors import AneforgeError, OptionError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,6 +40,11 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("model", nargs="?", help="bundled example name (default: all)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.add_argument("--seed", type=int, default=0, help="seed of inputs and weights")
+    check.add_argument(
+        "--target",
+        default="",
+        help="comma-separated targets to estimate for, e.g. M1,M4,M5 or h13,h17s",
+    )
     return parser
 
 
@@ -62,45 +63,12 @@ def _resolve_models(name: str | None):
     raise OptionError(f"check: unknown model '{name}'; bundled examples: {', '.join(EXAMPLES)}")
 
 
-def check_model(name: str, builder, seed: int = 0) -> dict:
-    """Compile, emulate and compare one bundled model; return the report as a dict."""
-    from .compiler import compile as compile_graph
-    from .cost.estimate import estimate_breakdown
-    from .metrics import compare
-    from .reference import reference
+def check_model(name: str, builder, seed: int = 0, targets=()) -> dict:
+    """Build one bundled model and return its check report (see ``aneforge.report``)."""
+    from .report import check_report
 
-    start = time.perf_counter()
     x, y = builder(seed=seed)
-    with warnings.catch_warnings():  # the report shows the bound instead
-        warnings.simplefilter("ignore", DispatchFloorWarning)
-        prog = compile_graph(y)
-    compiled = time.perf_counter()
-    feed = np.random.default_rng(seed).standard_normal(x.shape)
-    got = prog(feed)
-    emulated = time.perf_counter()
-    want = reference(prog, feed)
-    done = time.perf_counter()
-    est = estimate_breakdown(prog)
-    outs = [got] if not isinstance(got, tuple) else list(got)
-    wants = [want] if not isinstance(want, tuple) else list(want)
-    return {
-        "model": name,
-        "ops": prog.op_count,
-        "flops": prog.flops,
-        "regions": len(prog.fused_regions),
-        "cuts": len(prog.cuts),
-        "estimate_us": est.total_us,
-        "bound": est.bound,
-        "outputs": [
-            dict(index=i, shape=list(o.shape), **compare(o, w))
-            for i, (o, w) in enumerate(zip(outs, wants))
-        ],
-        "seconds": {
-            "compile": compiled - start,
-            "emulate": emulated - compiled,
-            "reference": done - emulated,
-        },
-    }
+    return check_report(name, [x], [y], seed=seed, targets=targets)
 
 
 def _print_tables(reports: list[dict]) -> None:
@@ -129,10 +97,32 @@ def _print_tables(reports: list[dict]) -> None:
                 f"{out['cosine']:.6f}",
             )
         console.print(table)
+        if rep["targets"]:
+            console.print(_targets_table(rep))
+
+
+def _targets_table(rep: dict):
+    from rich.table import Table
+
+    table = Table(title=f"{rep['model']}: estimated latency per target (analytic model)")
+    for col in ("target", "arch", "family", "latency", "bound", "dominant nodes"):
+        table.add_column(col, justify="left" if col == "dominant nodes" else "right")
+    for t in rep["targets"]:
+        nodes = ", ".join(
+            f"{n['op']} {'x'.join(map(str, n['shape']))}" for n in t["dominant_nodes"]
+        )
+        table.add_row(
+            t["target"], t["arch"], f"F{t['family']}", f"{t['estimate_us']:.0f} us",
+            t["bound"], nodes,
+        )  # fmt: skip
+    return table
 
 
 def _check(args) -> int:
-    reports = [check_model(name, build, args.seed) for name, build in _resolve_models(args.model)]
+    targets = [t.strip() for t in args.target.split(",") if t.strip()]
+    reports = [
+        check_model(name, build, args.seed, targets) for name, build in _resolve_models(args.model)
+    ]
     if args.json:
         print(json.dumps({"aneforge": __version__, "reports": reports}, indent=2))
     else:

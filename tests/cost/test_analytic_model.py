@@ -10,7 +10,7 @@ import pytest
 import aneforge as af
 from aneforge.compiler.compile import build_program
 from aneforge.cost.analytic import analytic_estimate, chip_constants, fitted_params
-from aneforge.cost.silicon import CHIP_ARCH, build_workload, error_factors, load_rows
+from aneforge.cost.silicon import build_workload, chip_arch, error_factors, load_rows
 from aneforge.cost.spec_baseline import spec_estimate_us
 from aneforge.targets.table import all_targets, get_target
 
@@ -21,7 +21,7 @@ def test_accuracy_targets_on_the_published_timings():
     pairs, spec = [], []
     for row in load_rows():
         out = build_workload(row)
-        arch = CHIP_ARCH[row.chip]
+        arch = chip_arch(row.chip)
         pairs.append((af.estimate(out, target=arch), row.latency_us))
         spec.append((spec_estimate_us(out, arch), row.latency_us))
     geo, worst = error_factors(pairs)

@@ -112,46 +112,53 @@ def _rows(node) -> int:
     return math.prod(node.srcs[0].shape[:-1]) if node.srcs[0].ndim > 1 else 1
 
 
-def node_terms(node, c: ChipConstants) -> tuple[float, float, float]:
-    """(compute us, weight bytes, activation bytes) of one contraction or data op."""
+def node_terms(node, c: ChipConstants, inside=frozenset(), resident=False) -> dict:
+    """One node's compute and memory time (us) on chip ``c`` within a fused region.
+
+    ``inside``: ids of the region's nodes (their values are on chip); ``resident``: the
+    node's output is only read inside the region, so it is never written out.
+    """
     flops = node_flops(node)
     compute = 0.0
     if flops:
         util = min(1.0, (flops / c.ramp_flops) ** c.ramp_exponent)
         compute = flops / (c.peak_flops_per_us * util)
-    weights = sum(FP16 * s.size for s in node.srcs if s.op == "weight")
-    return compute, float(weights), 0.0
+    w = float(sum(FP16 * s.size for s in node.srcs if s.op == "weight"))
+    acts_in = sum(FP16 * s.size for s in node.srcs if s.op != "weight" and id(s) not in inside)
+    data = acts_in + (0.0 if resident else FP16 * node.size)
+    if w > c.kernel_buffer_bytes:  # the input is streamed once per weight slice
+        data += acts_in * (math.ceil(w / c.kernel_buffer_bytes) - 1)
+    memory = w / c.bw_kernel + data / c.bw_data
+    if w and node.op in ("matmul", "linear") and _rows(node) <= c.swap_rows:
+        memory = min(memory, w / c.bw_data + data / c.bw_kernel)  # GEMV: roles swapped
+    return {"node": node, "compute_us": compute, "memory_us": memory}
 
 
 def region_time_us(nodes, c: ChipConstants, outputs=frozenset()) -> dict:
     """One fused region's time and its parts on chip ``c``.
 
     ``outputs`` holds the ids of nodes read after the region (program outputs, bridge
-    inputs): those are written out even when also used inside.
+    inputs): those are written out even when also used inside. ``bound`` is 'floor'
+    when the per-program overhead exceeds both the compute and the memory time.
     """
     inside = {id(n) for n in nodes}
     used_inside = {id(s) for n in nodes for s in n.srcs if id(s) in inside}
-    compute = kernel_bytes = data_bytes = 0.0
-    memory_us = 0.0
-    for n in nodes:
-        comp, w, _ = node_terms(n, c)
-        compute += comp
-        acts_in = sum(FP16 * s.size for s in n.srcs if s.op != "weight" and id(s) not in inside)
-        consumers_inside = id(n) in used_inside and id(n) not in outputs
-        out = 0.0 if consumers_inside else FP16 * n.size  # intermediates stay on chip
-        data = acts_in + out
-        if w > c.kernel_buffer_bytes:  # the input is streamed once per weight slice
-            data += acts_in * (math.ceil(w / c.kernel_buffer_bytes) - 1)
-        normal = w / c.bw_kernel + data / c.bw_data
-        swapped = normal
-        if w and n.op in ("matmul", "linear") and _rows(n) <= c.swap_rows:
-            swapped = w / c.bw_data + data / c.bw_kernel
-        memory_us += min(normal, swapped)
-        kernel_bytes += w
-        data_bytes += data
-    bound = "compute" if compute >= memory_us else "bandwidth"
-    total = c.overhead_us + max(compute, memory_us)
-    return {"time_us": total, "compute_us": compute, "memory_us": memory_us, "bound": bound}
+    terms = [node_terms(n, c, inside, id(n) in used_inside and id(n) not in outputs) for n in nodes]
+    compute = sum(t["compute_us"] for t in terms)
+    memory = sum(t["memory_us"] for t in terms)
+    work = max(compute, memory)
+    if c.overhead_us >= work:
+        bound = "floor"
+    else:
+        bound = "compute" if compute >= memory else "bandwidth"
+    return {
+        "time_us": c.overhead_us + work,
+        "overhead_us": c.overhead_us,
+        "compute_us": compute,
+        "memory_us": memory,
+        "bound": bound,
+        "nodes": terms,
+    }
 
 
 def analytic_estimate(prog, target: Target, p: AnalyticParams | None = None) -> dict:
@@ -170,7 +177,7 @@ def analytic_estimate(prog, target: Target, p: AnalyticParams | None = None) -> 
             regions.append({"kind": "bridge", "op": node.op, "time_us": t, "bound": "cut"})
         else:
             r = region_time_us(region.nodes, c, later)
-            regions.append(dict(r, kind="fused", nodes=len(region.nodes)))
+            regions.append(dict(r, kind="fused"))
             t = r["time_us"]
         total += t
     return {"total_us": total, "regions": regions, "arch": target.arch, "constants": c}

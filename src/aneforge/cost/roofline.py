@@ -23,15 +23,17 @@ INT8_BYTES = 1
 def node_bytes(node: Tensor, int8: bool = False) -> float:
     """Bytes a node moves: its inputs and its output, fp16 unless a weight is encoded.
 
-    ``int8=True`` prices every fp16 weight as if it streamed at 1 byte per element.
+    ``int8=True`` prices the weights the int8 variant would quantize (the weight operand
+    of a contraction) at 1 byte per element; biases and other weights stay fp16.
     """
-    from ..numerics.compression import weight_stream_bytes
+    from ..numerics.compression import quantizable_weight_index, weight_stream_bytes
 
     total = node.size * FP16_BYTES
-    for src in node.srcs:
+    int8_index = quantizable_weight_index(node) if int8 else None
+    for i, src in enumerate(node.srcs):
         if src.op != "weight":
             total += src.size * FP16_BYTES
-        elif int8 and src.attrs.get("encoding", "fp16") == "fp16":
+        elif i == int8_index and src.attrs.get("encoding", "fp16") == "fp16":
             total += src.size * INT8_BYTES
         else:
             total += weight_stream_bytes(src)

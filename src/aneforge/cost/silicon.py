@@ -21,9 +21,12 @@ from importlib import resources
 
 import numpy as np
 
-# The chips the bundled timings name, and the architecture each is modelled as.
-# (aneforge.targets.names holds the full, documented mapping.)
-CHIP_ARCH = {"M1": "h13", "M2 Pro": "h14", "M5 Pro": "h17s"}
+
+def chip_arch(chip: str) -> str:
+    """The architecture a row's chip is modelled as (``aneforge.targets.names``)."""
+    from ..targets.names import resolve_target
+
+    return resolve_target(chip).arch
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,14 @@ def _channel_axis(node: Tensor) -> tuple[int, int] | None:
     return None
 
 
+def quantizable_weight_index(node: Tensor) -> int | None:
+    """Which source of ``node`` the int8 variant quantizes (a contraction's weight)."""
+    where = _channel_axis(node)
+    if where is None or len(node.srcs) <= where[0] or node.srcs[where[0]].op != "weight":
+        return None
+    return where[0]
+
+
 def quantize_graph_int8(out):
     """The whole-graph int8 variant: every contraction weight per-channel int8.
 

@@ -21,9 +21,12 @@ Example:
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..compiler.program import Program
+from ..errors import AneforgeWarning
 from ..graph.hashing import structural_hash
 from ..graph.tensor import Tensor
 
@@ -44,6 +47,11 @@ def _relative_deviation(outs, refs) -> float:
             return float("inf")
         worst = max(worst, float(np.max(diff, initial=0.0)) / scale)
     return worst
+
+
+def _device_id(dev) -> str:
+    """What identifies a device's timings in the cache: its name and settings."""
+    return getattr(dev, "cache_id", dev.name)
 
 
 def _seeded_inputs(prog: Program, seed: int = 0) -> list[np.ndarray]:
@@ -100,12 +108,24 @@ def tune(
                                           [inputs], {})
     )  # fmt: skip
     shapes = ";".join(str(t.shape) for t in baseline_prog.inputs)
-    options = f"{shapes}|{dev.name}|atol={atol!r}|lossy={min_lossy_speedup!r}|b={budget}"
+    options = (
+        f"{shapes}|{_device_id(dev)}|atol={atol!r}|lossy={min_lossy_speedup!r}|"
+        f"budget={budget}|prune={prune_factor!r}"
+    )
     key = structural_hash(outs, extra=options)
     store = TuneCache(cache_dir) if cache else None
     hit = store.get(key) if store else None
+    variant = None
     if hit is not None:
-        variant = build_variant(outs, hit["variant"])
+        try:
+            variant = build_variant(outs, hit["variant"])
+        except ValueError:
+            warnings.warn(
+                f"ignoring tuning cache entry naming unknown variant {hit['variant']!r}; re-tuning",
+                AneforgeWarning,
+                stacklevel=2,
+            )
+    if variant is not None:
         prog = compile_graph(list(variant.outputs), opt=0)
         prog.opt = 2
         prog.tune_report = dict(hit, cached=True)
@@ -117,6 +137,11 @@ def tune(
     best_pred = min(predicted.values())
     ranked = sorted(variants, key=lambda n: (predicted[n], n))
     kept = [n for n in ranked if predicted[n] <= prune_factor * best_pred][:budget]
+    if not any(variants[n].lossless for n in kept):
+        # A lossy variant needs a lossless one to beat; the best-predicted one takes the
+        # last measured slot (the budget still holds).
+        best_lossless = next(n for n in ranked if variants[n].lossless)
+        kept = kept[: budget - 1] + [best_lossless]
     reference = dev.run(baseline_prog, feeds)
     times, errors, programs = {}, {}, {}
     for name in kept:
@@ -125,12 +150,9 @@ def tune(
         errors[name] = _relative_deviation(dev.run(prog, feeds), reference)
         times[name] = dev.measure(prog, feeds)
     valid = [n for n in kept if errors[n] <= atol]
-    lossless = [n for n in valid if variants[n].lossless]
-    pool = lossless or ["native"]
-    if "native" not in programs:
-        programs["native"] = baseline_prog
-        times.setdefault("native", dev.measure(baseline_prog, feeds))
-        errors.setdefault("native", 0.0)
+    # Lossless variants equal the baseline by construction; one that failed validation
+    # would be an optimizer bug, so it stays a candidate only when nothing else is left.
+    pool = [n for n in valid if variants[n].lossless] or [n for n in kept if variants[n].lossless]
     lossless_best = min(pool, key=lambda n: (times[n], n))
     lossy_ok = [
         n
@@ -140,13 +162,13 @@ def tune(
     choice = min(lossy_ok, key=lambda n: (times[n], n)) if lossy_ok else lossless_best
     report = {
         "variant": choice,
-        "lossless": variants[choice].lossless if choice in variants else True,
+        "lossless": variants[choice].lossless,
         "predicted_us": predicted,
         "measured": sorted(kept),
         "pruned": sorted(set(variants) - set(kept)),
         "times_s": times,
         "errors": errors,
-        "device": dev.name,
+        "device": _device_id(dev),
     }
     if store:
         store.put(key, report)

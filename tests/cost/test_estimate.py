@@ -1,0 +1,298 @@
+"""The default cost model against hand computations with the formula of spec 000.
+
+Per node: ``max(bytes / BW, flops / COMPUTE)`` with bytes = (inputs, weights included,
++ output elements) * 2; a fused region costs ``floor + sum(max(0, node - floor))``; a cut
+costs ``cut_us`` plus the bridge op's own (measured-table) cost.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import aneforge as af
+from aneforge.cost.calibration import Constants, constants
+from aneforge.cost.estimate import (
+    FLOOR_DOMINATED_SHARE,
+    INT8_TIE_MAX_FLOOR_SHARE,
+    INT8_TIE_US_PER_BYTE,
+    estimate_breakdown,
+    warn_if_floor_dominated,
+)
+from aneforge.errors import AneforgeWarning, DispatchFloorWarning
+from aneforge.graph.ops.bridge import flatten, lrn
+from aneforge.numerics.compression import quantize_graph_int8
+
+C = constants()
+
+
+def _roof(nbytes, flops=0.0, c=C):
+    return max(nbytes / c.bw_bytes_per_us, flops / c.flops_per_us)
+
+
+def _region(times, c=C):
+    return c.floor_us + sum(max(0.0, t - c.floor_us) for t in times)
+
+
+def _measured(key):
+    (row,) = [r for r in C.bridge_ops if r[1] == key]
+    return row[2]
+
+
+def _close(got, want):
+    assert got == pytest.approx(want, rel=1e-9, abs=0.0)
+
+
+def _w(rng, shape, scale=0.05):
+    return rng.standard_normal(shape) * scale
+
+
+# ---- hand computations ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 4096, 4096), (2048, 2048, 2048), (8, 64, 32)])
+def test_matmul_by_hand(m, k, n, rng):
+    x = af.input((m, k))
+    y = x @ _w(rng, (k, n))
+    t = _roof((m * k + k * n + m * n) * 2, 2 * m * k * n)
+    _close(af.estimate(y), _region([t]))
+    est = estimate_breakdown(y)
+    assert est.n_regions == 1 and est.n_cuts == 0
+    (node,) = est.nodes
+    _close(node.time_us, t)  # the node's own roofline carries no floor
+    assert node.flops == 2 * m * k * n and node.bytes == (m * k + k * n + m * n) * 2
+
+
+def test_compute_and_bandwidth_bounds_by_hand(rng):
+    big = af.input((2048, 2048)) @ _w(rng, (2048, 2048))
+    gemv = af.input((1, 4096)) @ _w(rng, (4096, 4096))
+    assert 2 * 2048**3 / C.flops_per_us > 3 * 2048 * 2048 * 2 / C.bw_bytes_per_us
+    assert estimate_breakdown(big).bound == "compute"
+    assert estimate_breakdown(gemv).bound == "bandwidth"
+    assert estimate_breakdown(af.input((4,)).relu()).bound == "floor"
+
+
+def test_conv_with_bias_by_hand(rng):
+    x = af.input((1, 256, 32, 32))
+    y = af.conv(x, _w(rng, (256, 256, 3, 3)), _w(rng, (256,)), pad=1)
+    nbytes = (256 * 32 * 32 + 256 * 256 * 9 + 256 + 256 * 32 * 32) * 2
+    flops = 2 * (256 * 9) * (256 * 32 * 32)
+    t = _roof(nbytes, flops)
+    assert flops / C.flops_per_us > C.floor_us  # above the floor: the formula is visible
+    _close(af.estimate(y), _region([t]))
+
+
+def test_strided_grouped_conv_by_hand(rng):
+    x = af.input((2, 64, 56, 56))
+    y = af.conv(x, _w(rng, (128, 16, 3, 3)), stride=2, pad=1, groups=4)
+    out = 2 * 128 * 28 * 28
+    nbytes = (2 * 64 * 56 * 56 + 128 * 16 * 9 + out) * 2
+    _close(af.estimate(y), _region([_roof(nbytes, 2 * 16 * 9 * out)]))
+
+
+def test_a_fused_chain_pays_one_floor_plus_the_above_floor_work(rng):
+    x = af.input((1, 4096))
+    h = (x @ _w(rng, (4096, 4096))).relu()
+    y = ((h @ _w(rng, (4096, 2048))) + _w(rng, (2048,))).sigmoid()
+    times = [
+        _roof((4096 + 4096 * 4096 + 4096) * 2, 2 * 4096 * 4096),  # matmul 1
+        _roof((4096 + 4096) * 2),  # relu
+        _roof((4096 + 4096 * 2048 + 2048) * 2, 2 * 4096 * 2048),  # matmul 2
+        _roof((2048 + 2048 + 2048) * 2),  # add bias
+        _roof((2048 + 2048) * 2),  # sigmoid
+    ]
+    assert sum(t > C.floor_us for t in times) == 2
+    want = _region(times)
+    _close(af.estimate(y), want)
+    est = estimate_breakdown(y)
+    _close(est.floor_us, C.floor_us)
+    _close(est.fused_us, sum(max(0.0, t - C.floor_us) for t in times))
+    assert est.total_us < C.floor_us * len(times) + sum(times)  # the fusion discount
+
+
+def test_a_cheap_chain_costs_exactly_one_floor():
+    x = af.input((64, 256))
+    y = x.relu().exp().sigmoid().tanh() * 2.0
+    _close(af.estimate(y), C.floor_us)
+
+
+def test_a_graph_with_two_cuts_by_hand(rng):
+    x = af.input((1, 4, 32, 32))
+    a = af.conv(x, _w(rng, (8, 4, 3, 3)), pad=1)  # region 0
+    b = lrn(a)  # cut 1: exactly the measured "lrn [8,32,32]"
+    c = af.conv(b.relu(), _w(rng, (16, 8, 1, 1)))  # region 1
+    d = flatten(c)  # cut 2: exactly the measured "flatten [16,32,32]"
+    y = af.reshape(d, (1, 16384)) @ _w(rng, (16384, 1024))  # region 2
+    prog = af.compile(y, opt=0)
+    assert len(prog.cuts) == 2 and len(prog.fused_regions) == 3
+    fused = [
+        _roof((4096 + 288 + 8192) * 2, 2 * 36 * 8192),  # conv 3x3
+        _roof((8192 + 8192) * 2),  # relu
+        _roof((8192 + 128 + 16384) * 2, 2 * 8 * 16384),  # conv 1x1
+        _roof((16384 + 16384) * 2),  # reshape
+        _roof((16384 + 16384 * 1024 + 1024) * 2, 2 * 16384 * 1024),  # matmul
+    ]
+    bridges = _measured("lrn [8,32,32]") + _measured("flatten [16,32,32]")
+    above = sum(max(0.0, t - C.floor_us) for t in fused)
+    assert above > 0
+    want = 3 * C.floor_us + above + 2 * C.cut_us + bridges
+    _close(af.estimate(prog), want)
+    est = estimate_breakdown(prog)
+    assert (est.n_regions, est.n_cuts) == (3, 2)
+    _close(est.cut_us, 2 * C.cut_us + bridges)
+    _close(est.floor_us, 3 * C.floor_us)
+    assert [n.bound for n in est.nodes if n.kind == "bridge"] == ["measured", "measured"]
+    assert est.bound == "cuts"
+
+
+def test_int8_encoded_weights_stream_one_byte_plus_channel_scales(rng):
+    x = af.input((1, 4096))
+    y = quantize_graph_int8(x @ _w(rng, (4096, 4096)))
+    assert y.srcs[1].attrs["encoding"] == "int8" and y.srcs[1].attrs["channels"] == 4096
+    nbytes = 4096 * 2 + 4096 * 4096 * 1 + 4096 * 2 + 4096 * 2
+    t = _roof(nbytes, 2 * 4096 * 4096)
+    assert t > C.floor_us
+    _close(af.estimate(y), _region([t]))
+    _close(af.estimate(y, int8=True), af.estimate(y))  # nothing left to save: no tie-break
+
+
+def test_int8_conv_scales_are_per_output_channel(rng):
+    x = af.input((1, 64, 16, 16))
+    y = quantize_graph_int8(af.conv(x, _w(rng, (128, 64, 3, 3)), _w(rng, (128,)), pad=1))
+    w, b = y.srcs[1], y.srcs[2]
+    assert w.attrs["channels"] == 128 and b.attrs.get("encoding", "fp16") == "fp16"
+    nbytes = 64 * 256 * 2 + (128 * 64 * 9 + 2 * 128) + 128 * 2 + 128 * 256 * 2
+    _close(estimate_breakdown(y).nodes[0].bytes, nbytes)
+
+
+def test_estimate_int8_prices_fp16_weights_at_one_byte(rng):
+    x = af.input((1, 4096))
+    y = x @ _w(rng, (4096, 4096))
+    t8 = _roof(4096 * 2 + 4096 * 4096 + 4096 * 2, 2 * 4096 * 4096)
+    saved = 4096 * 4096
+    tie = min(INT8_TIE_US_PER_BYTE * saved, INT8_TIE_MAX_FLOOR_SHARE * C.floor_us)
+    _close(af.estimate(y, int8=True), _region([t8]) - tie)
+    assert af.estimate(y, int8=True) < af.estimate(y)
+
+
+# ---- the int8 tie-breaker ------------------------------------------------------------------
+
+
+def test_int8_tie_breaker_on_a_floor_bound_graph(rng):
+    x = af.input((1, 64))
+    y = (x @ _w(rng, (64, 64))).relu()
+    fp16, int8 = af.estimate(y), af.estimate(y, int8=True)
+    _close(fp16, C.floor_us)  # floor-bound: the roofline alone would tie
+    assert int8 < fp16
+    assert fp16 - int8 < 0.01 * C.floor_us
+    _close(fp16 - int8, INT8_TIE_US_PER_BYTE * 64 * 64)
+
+
+def test_int8_tie_breaker_is_capped_at_a_share_of_the_floor(rng):
+    x = af.input((1, 1024))
+    y = (x @ _w(rng, (1024, 2048))).relu()  # floor-bound, 4 MiB of fp16 weights
+    fp16, int8 = af.estimate(y), af.estimate(y, int8=True)
+    _close(fp16, C.floor_us)
+    _close(fp16 - int8, INT8_TIE_MAX_FLOOR_SHARE * C.floor_us)
+    assert INT8_TIE_MAX_FLOOR_SHARE <= 0.01
+
+
+def test_int8_is_never_predicted_slower(rng):
+    x = af.input((1, 8, 16, 16))
+    graphs = [
+        x.relu(),
+        af.conv(x, _w(rng, (8, 8, 3, 3)), pad=1),
+        lrn(af.conv(x, _w(rng, (8, 8, 3, 3)), pad=1)),
+        af.reshape(x, (8, 256)) @ _w(rng, (256, 4096)),
+    ]
+    for y in graphs:
+        assert af.estimate(y, int8=True) <= af.estimate(y)
+    assert af.estimate(graphs[0], int8=True) == af.estimate(graphs[0])  # no weights
+
+
+# ---- custom calibration and plumbing ---------------------------------------------------------
+
+
+def test_estimate_breakdown_uses_the_given_calibration(rng):
+    c = Constants(floor_us=10.0, cut_us=20.0, bw_bytes_per_us=1000.0, flops_per_us=1e4)
+    x = af.input((4, 64))
+    y = (x @ _w(rng, (64, 32))).exp()
+    t_mm = _roof((256 + 64 * 32 + 128) * 2, 2 * 4 * 64 * 32, c)
+    t_exp = _roof((128 + 128) * 2, 0, c)
+    _close(estimate_breakdown(y, calibration=c).total_us, _region([t_mm, t_exp], c))
+
+
+def test_estimate_accepts_tensors_lists_and_programs(rng):
+    x = af.input((1, 4096))
+    y = x @ _w(rng, (4096, 1024))
+    z = y.relu()
+    prog = af.compile([y, z], opt=0)
+    assert af.estimate([y, z]) == af.estimate(prog) == af.estimate((y, z))
+    assert af.estimate(z) == af.estimate(af.compile(z, opt=0))
+    assert float(estimate_breakdown(z)) == af.estimate(z)
+
+
+def test_breakdown_parts_add_up(rng):
+    x = af.input((1, 8, 32, 32))
+    y = lrn(af.conv(x, _w(rng, (8, 8, 3, 3)), pad=1)).relu()
+    est = estimate_breakdown(af.compile(y, opt=0))
+    _close(est.total_us, est.floor_us + est.fused_us + est.cut_us)
+    _close(est.floor_share, est.floor_us / est.total_us)
+    assert [n.kind for n in est.nodes] == ["fused", "bridge", "fused"]
+    assert est.top_nodes(1)[0].node.op == "lrn"
+
+
+def test_estimate_is_deterministic(rng):
+    x = af.input((1, 8, 32, 32))
+    y = lrn(af.conv(x, _w(rng, (8, 8, 3, 3)), pad=1)).relu()
+    assert af.estimate(y) == af.estimate(y) == af.estimate(af.compile(y, opt=0))
+
+
+# ---- DispatchFloorWarning ------------------------------------------------------------------
+
+
+def test_compile_warns_on_a_floor_dominated_graph():
+    x = af.input((4,))
+    with pytest.warns(DispatchFloorWarning, match="dispatch floor"):
+        af.compile(x.relu())
+
+
+def test_compile_warns_once():
+    x = af.input((8,))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        af.compile([x.relu(), x.exp(), x.sigmoid()])
+    assert [w.category for w in rec] == [DispatchFloorWarning]
+
+
+def test_compile_does_not_warn_on_a_compute_bound_graph(rng):
+    x = af.input((2048, 2048))
+    y = x @ _w(rng, (2048, 2048))
+    est = estimate_breakdown(y)
+    assert est.floor_share < FLOOR_DOMINATED_SHARE and est.bound == "compute"
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        af.compile(y)
+    assert not [w for w in rec if issubclass(w.category, AneforgeWarning)]
+
+
+def test_the_floor_warning_is_about_the_program_given():
+    x = af.input((8,))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        warn_if_floor_dominated(af.compile(x.relu(), opt=0))
+        n_floor = len(rec)
+        warn_if_floor_dominated(af.compile(af.input((2048, 2048)) @ np.eye(2048), opt=0))
+    assert n_floor >= 1
+    assert len(rec) == n_floor  # the big program adds none
+
+
+def test_the_floor_warning_points_at_the_compile_call():
+    x = af.input((4,))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        af.compile(x.relu())
+    (w,) = rec
+    assert w.filename == __file__  # stacklevel: user -> compile -> warn_if_floor_dominated
