@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SOURCE = ROOT.parent / "shared" / "reference" / "ane" / "costmodel_curves.json"
+DEFAULT_SOURCE = ROOT / "scripts" / "reference" / "costmodel_curves.json"
 OUT = ROOT / "src" / "aneforge" / "data" / "chip_curves.json"
 CLOCK_FRACTION = 0.8  # the operating clock, as a share of fmax (spec 000)
 

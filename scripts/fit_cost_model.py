@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SOURCE = ROOT.parent / "shared" / "reference" / "ane" / "ane_cost_model.json"
+DEFAULT_SOURCE = ROOT / "scripts" / "reference" / "ane_cost_model.json"
 OUT = ROOT / "src" / "aneforge" / "data" / "cost_model.json"
 
 

@@ -19,15 +19,15 @@ from aneforge.errors import AneforgeWarning
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "fit_cost_model.py"
-CORPUS = ROOT.parent / "shared" / "reference" / "ane" / "ane_cost_model.json"
+CORPUS = ROOT / "scripts" / "reference" / "ane_cost_model.json"  # copied from ../shared
 CONSTANT_KEYS = ("floor_us", "cut_us", "bw_bytes_per_us", "flops_per_us")
 
 
 def _corpus_path() -> Path:
     if not CORPUS.is_file():
         pytest.fail(
-            f"the measured ANE corpus is missing: expected {CORPUS} (the shared reference "
-            "data next to the repository, ../shared/reference/ane/ane_cost_model.json)"
+            f"the measured ANE corpus is missing: expected {CORPUS} (a copy of "
+            "../shared/reference/ane/ane_cost_model.json kept with the fit scripts)"
         )
     return CORPUS
 
@@ -204,3 +204,12 @@ def test_an_unreadable_bundle_warns_and_uses_the_defaults(fake_bundle, text):
 def test_the_real_bundle_is_back_after_the_fake_ones(bundled):
     assert constants().floor_us == bundled["floor_us"]
     assert constants().cut_us == bundled["cut_us"] != DEFAULTS["cut_us"]
+
+
+def test_the_copied_corpus_matches_the_shared_reference_when_present():
+    shared = ROOT.parent / "shared" / "reference" / "ane" / "ane_cost_model.json"
+    if shared.is_file():  # CI lays shared/ beside the clone; a bare checkout has only the copy
+        assert shared.read_bytes() == CORPUS.read_bytes()
+    assert hashlib.sha256(CORPUS.read_bytes()).hexdigest() == (
+        "20d1e2ef162bf9499cc152ff2195b9c8868c91e50e3ff0661d2c543cc54c6630"
+    )
