@@ -13,7 +13,9 @@ Example:
 """
 
 from . import graph as _graph
+from .analysis import DivergenceReport, NodeDivergence, fp16_divergence
 from .compiler import Program, compile
+from .compiler.preflight import PreflightReport, Violation, preflight
 from .cost import Estimate, estimate, estimate_breakdown
 from .devices import (
     Capabilities,
@@ -28,12 +30,15 @@ from .errors import (
     AneforgeError,
     AneforgeWarning,
     AttributeValueError,
+    CrossChipFP16Warning,
     DeviceUnavailable,
     DispatchFloorWarning,
     DTypeError,
     InputError,
     OptionError,
     PrecisionWarning,
+    PreflightError,
+    PreflightWarning,
     ShapeError,
     WeightRangeError,
 )
@@ -54,6 +59,15 @@ __all__ = [
     "AneforgeWarning",
     "AttributeValueError",
     "Capabilities",
+    "CrossChipFP16Warning",
+    "DivergenceReport",
+    "NodeDivergence",
+    "PreflightError",
+    "PreflightReport",
+    "PreflightWarning",
+    "Violation",
+    "fp16_divergence",
+    "preflight",
     "Device",
     "DeviceUnavailable",
     "DispatchFloorWarning",

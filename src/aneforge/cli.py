@@ -99,6 +99,17 @@ def _print_tables(reports: list[dict]) -> None:
         console.print(table)
         if rep["targets"]:
             console.print(_targets_table(rep))
+            for t in rep["targets"]:
+                for finding in t["preflight"]:
+                    console.print(f"[yellow]preflight {t['target']} ({t['arch']})[/]: {finding}")
+            div = rep["divergence"]
+            if div["worst"] != "none":
+                console.print(
+                    f"[yellow]cross-chip fp16 divergence across {', '.join(div['targets'])}: "
+                    f"{div['worst']}[/]"
+                )
+                for line in div["nodes"][:8]:
+                    console.print(f"  {line}")
 
 
 def _targets_table(rep: dict):

@@ -65,22 +65,50 @@ class EmulatorDevice(_TimedDevice):
 
     ``fast=True`` uses the compiled matmul kernels, ``fast=False`` the plain NumPy
     reference interpreter; both give identical bits.
+
+    ``target`` chooses the per-chip numerics (docs/numerics.md, "Per-chip numerics"):
+    ``None`` (the default) runs each program with the numerics of the target it was
+    compiled for (the generic model when it has none); an architecture or chip name
+    (``'h13'``, ``'M1'``) or a Target overrides that; ``'generic'`` forces the generic,
+    chip-independent model.
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> x = af.input((1, 8))
+        >>> prog = af.compile(x[:, 1:])
+        >>> big = np.full((1, 8), 5000.0)
+        >>> float(af.EmulatorDevice(target="M1").run(prog, [big.astype(np.float16)])[0][0, 0])
+        inf
     """
 
-    def __init__(self, fast: bool = True):
+    def __init__(self, fast: bool = True, target=None):
+        from .emulator.chips import chip_numerics
+
+        chip_numerics(target)  # refuse unknown names and family 1 now, not at run time
         self.fast = fast
+        self.target = target
         self.name = "emulator" if fast else "reference"
+        where = "" if target is None else f", target {target}"
         self.capabilities = Capabilities(
             bit_faithful=True,
             real_hardware=False,
             description="ANE fp16 arithmetic emulated on the CPU"
-            + ("" if fast else " (NumPy reference interpreter)"),
+            + ("" if fast else " (NumPy reference interpreter)")
+            + where,
         )
 
     def run(self, program, inputs):
         from .emulator.interpreter import execute_fp16
 
-        return execute_fp16(program, inputs, fast=self.fast)
+        target = _numerics_target(self, program)
+        return execute_fp16(program, inputs, fast=self.fast, target=target)
+
+
+def _numerics_target(device, program):
+    """The target whose numerics ``device`` runs ``program`` with (None: generic)."""
+    if device.target is not None:
+        return device.target
+    return getattr(program, "target", None)
 
 
 class SimulatedANE(_TimedDevice):
@@ -91,6 +119,9 @@ class SimulatedANE(_TimedDevice):
     generator seeded by ``seed`` and the program's structural hash, so the same program
     always "measures" the same. Use it to exercise tune() deterministically.
 
+    ``target`` works as for :class:`EmulatorDevice` (None: the program's own target);
+    with a chip target, ``measure`` uses the analytic per-chip cost model.
+
     Example:
         >>> import aneforge as af
         >>> x = af.input((64, 256))
@@ -99,14 +130,14 @@ class SimulatedANE(_TimedDevice):
     """
 
     def __init__(self, target=None, noise: float = 0.05, seed: int = 0):
-        if target is not None:
-            raise NotImplementedError(
-                "SimulatedANE(target=...): per-chip targets arrive with issue 4"
-            )
+        from .emulator.chips import chip_numerics
+
+        chip_numerics(target)  # refuse unknown names and family 1 now
         if not 0 <= noise < 1:
             raise OptionError(f"SimulatedANE: noise must be in [0, 1), got {noise!r}")
         self.target, self.noise, self.seed = target, noise, seed
         self.name = "simulated-ane"
+        self.cache_id = f"simulated-ane(noise={noise!r},seed={seed!r})"
         self.capabilities = Capabilities(
             bit_faithful=True,
             real_hardware=False,
@@ -116,15 +147,18 @@ class SimulatedANE(_TimedDevice):
     def run(self, program, inputs):
         from .emulator.interpreter import execute_fp16
 
-        return execute_fp16(program, inputs, fast=True)
+        return execute_fp16(program, inputs, fast=True, target=_numerics_target(self, program))
 
     def measure(self, program, inputs, repeat: int = 5) -> float:
         from .cost.estimate import estimate
+        from .emulator.chips import chip_numerics, resolve
         from .graph.hashing import structural_hash
 
         digest = structural_hash(list(program.outputs), extra=f"seed={self.seed}")
         z = np.random.default_rng(int(digest[:16], 16)).standard_normal()
-        return estimate(program) * 1e-6 * max(0.05, 1.0 + self.noise * z)
+        target = _numerics_target(self, program)
+        arch = resolve(target).arch if chip_numerics(target) is not None else None
+        return estimate(program, target=arch) * 1e-6 * max(0.05, 1.0 + self.noise * z)
 
 
 _FACTORIES: dict[str, Callable[[], Device]] = {

@@ -49,6 +49,14 @@ class DeviceUnavailable(AneforgeError, RuntimeError):
     """The requested device cannot run on this machine (e.g. Core ML off macOS)."""
 
 
+class PreflightError(AneforgeError, ValueError):
+    """A graph cannot compile for the requested target (every violation is listed)."""
+
+    def __init__(self, message: str, report=None):
+        super().__init__(message)
+        self.report = report
+
+
 class AneforgeWarning(UserWarning):
     """Base class of aneforge's warnings."""
 
@@ -59,3 +67,11 @@ class PrecisionWarning(AneforgeWarning):
 
 class DispatchFloorWarning(AneforgeWarning):
     """A program's predicted latency is dominated by the per-call dispatch floor."""
+
+
+class PreflightWarning(AneforgeWarning):
+    """compile(target=...) replaced ops the target lacks by equivalent lowerings."""
+
+
+class CrossChipFP16Warning(AneforgeWarning):
+    """A program's fp16 results on its target can differ from other engine generations."""

@@ -36,6 +36,9 @@ def target_report(prog, target) -> dict:
         "bandwidth": sum(r["memory_us"] for r in fused if r["bound"] == "bandwidth"),
         "cuts": sum(r["time_us"] for r in est["regions"] if r["kind"] == "bridge"),
     }
+    from .compiler.preflight import preflight
+
+    findings = preflight(prog, t)
     terms = [term for r in fused for term in r["nodes"]]
     terms.sort(key=lambda term: -max(term["compute_us"], term["memory_us"]))
     return {
@@ -54,7 +57,20 @@ def target_report(prog, target) -> dict:
             }
             for term in terms[:3]
         ],
+        "preflight": [str(v) for v in findings.violations],
     }
+
+
+def divergence_report(prog, targets) -> dict:
+    """Cross-chip fp16 divergence among ``targets`` (needs two or more MIL targets)."""
+    from .analysis import fp16_divergence
+    from .cost.estimate import _resolve
+
+    archs = sorted({_resolve(t).arch for t in targets if _resolve(t).family >= 2})
+    if len(archs) < 2:
+        return {"targets": archs, "worst": "none", "nodes": []}
+    rep = fp16_divergence(prog, archs)
+    return {"targets": archs, "worst": rep.worst, "nodes": [str(e) for e in rep.flagged]}
 
 
 def check_report(name, inputs, outputs, seed: int = 0, targets=(), opt="routes") -> dict:
@@ -100,6 +116,7 @@ def check_report(name, inputs, outputs, seed: int = 0, targets=(), opt="routes")
             for i, (o, w) in enumerate(zip(outs, wants))
         ],
         "targets": [target_report(prog, t) for t in targets],
+        "divergence": divergence_report(prog, targets),
         "seconds": {
             "compile": compiled - start,
             "emulate": emulated - compiled,

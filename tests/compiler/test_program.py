@@ -329,10 +329,12 @@ def test_compile_refuses_non_iterables_with_an_option_error(outputs):
         af.compile(outputs)
 
 
-def test_targets_are_not_there_yet():
+def test_a_target_is_recorded_on_the_program():
     x = af.input((2,))
-    with pytest.raises(NotImplementedError, match="issue 4"):
-        af.compile(x + 1.0, target="h14")
+    prog = af.compile(x + 1.0, target="M1")
+    assert prog.target is not None
+    with pytest.raises(af.OptionError, match="nosuchchip"):
+        af.compile(x + 1.0, target="nosuchchip")
 
 
 @pytest.mark.parametrize("opt", [7, True, "fast", -1])

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import warnings
 
-from ..errors import AneforgeWarning, OptionError
+from ..errors import AneforgeWarning, CrossChipFP16Warning, OptionError, PreflightWarning
 from ..graph.tensor import Tensor
 from .program import Program
 
@@ -100,7 +100,16 @@ def compile(outputs, opt="routes", target=None) -> Program:  # noqa: A001  (publ
     Args:
         outputs: a Tensor or a list/tuple of Tensors (the program's outputs, in order).
         opt: ``'routes'`` (default), ``0``, ``1``, ``2`` or ``'max'`` (module docstring).
-        target: an ANE target for per-chip checks; arrives with issue 4.
+        target: an engine target (architecture or chip name such as ``'h13'``, ``'M1'``,
+            or a Target). With one, compile runs :func:`~aneforge.preflight` on the
+            graph it is about to build: when every violation has a lowering (sin/cos
+            below A15) it applies them, records the report in ``prog.passes
+            ['preflight']`` and warns ``PreflightWarning``; otherwise it raises one
+            ``PreflightError`` listing every violation. The program records the
+            target (``prog.target``) and runs with its per-chip numerics on the
+            emulator. On an A13/A14-tier target it warns ``CrossChipFP16Warning`` when
+            a width-offset slice may see values beyond 4094 (the crop-DMA clamp;
+            docs/numerics.md, "Per-chip numerics").
 
     Returns:
         A Program whose nodes are in a deterministic execution order; compiling the same
@@ -118,15 +127,23 @@ def compile(outputs, opt="routes", target=None) -> Program:  # noqa: A001  (publ
     outs = _as_outputs(outputs)
     if isinstance(opt, bool) or opt not in OPT_LEVELS:
         raise OptionError(f"compile: opt must be one of {OPT_LEVELS}, got {opt!r}")
+    tgt = None
     if target is not None:
-        raise NotImplementedError(
-            "compile(target=...): per-chip targets arrive with issue 4; use target=None"
-        )
+        from ..emulator.chips import resolve
+
+        tgt = resolve(target)
     passes: dict = {}
     if opt in (2, "max"):
         from ..optimizer.tune import tune
 
-        return tune(list(outs))
+        if tgt is not None:
+            outs, passes = _preflight(outs, tgt)
+        prog = tune(list(outs))
+        if tgt is not None:
+            prog.target = tgt
+            prog.passes.update(passes)
+            _warn_divergence(prog)
+        return prog
     if opt == "routes":
         from ..cost.estimate import estimate
         from ..optimizer.routes import select_routes
@@ -137,9 +154,73 @@ def compile(outputs, opt="routes", target=None) -> Program:  # noqa: A001  (publ
     elif opt == 1:
         new, passes["variant"] = _pick_by_estimate(list(outs))
         outs = tuple(new)
+    if tgt is not None:
+        outs, found = _preflight(outs, tgt)
+        passes.update(found)
     prog = build_program(outs, opt)
+    prog.target = tgt
     prog.passes = passes
+    if tgt is not None:
+        _warn_divergence(prog)
     from ..cost.estimate import warn_if_floor_dominated
 
     warn_if_floor_dominated(prog)
     return prog
+
+
+def _preflight(outs, tgt):
+    """Preflight ``outs`` for ``tgt``: raise on a blocking violation, else lower.
+
+    Returns (outputs, passes entry).
+    """
+    from .preflight import lower_below_floor, preflight, raise_if_blocked
+
+    report = preflight(list(outs), tgt)
+    raise_if_blocked(report)
+    if not report.violations:
+        return tuple(outs), {"preflight": report.as_dict()}
+    new = tuple(lower_below_floor(outs, report))
+    done = ", ".join(f"{n} {op}" for op, n in sorted(report.lowered.items()))
+    warnings.warn(
+        f"compile(target={tgt.arch!r}): replaced {done} node(s) by half-period "
+        f"polynomial forms, since native sin/cos need A15 and {tgt.arch} is "
+        f"{tgt.tier}-tier (about 1e-3 absolute error for |x| <= 200); "
+        "prog.passes['preflight'] has the report",
+        PreflightWarning,
+        stacklevel=3,
+    )
+    return new, {"preflight": report.as_dict()}
+
+
+def _warn_divergence(prog) -> None:
+    """Warn when the target's crop-DMA clamp may turn sliced values into inf.
+
+    Only this hazard warns: it changes results on the target itself by far more than
+    rounding. The reduction route's reordering is last-bits noise against other chips and
+    is left to ``af.fp16_divergence``, which also takes declared input bounds.
+    """
+    from ..analysis.divergence import fp16_divergence
+    from ..emulator.chips import chip_numerics
+
+    if chip_numerics(prog.target).crop_dma_limit is None:
+        return
+    report = fp16_divergence(prog, [prog.target])
+    hits = report.by_class("saturation")
+    prog.passes["divergence"] = {
+        "targets": list(report.targets),
+        "worst": report.worst,
+        "saturation": [str(e) for e in hits],
+    }
+    if not hits:
+        return
+    shown = "; ".join(f"%{e.index} {e.op} {e.shape}" for e in hits[:3])
+    more = f" and {len(hits) - 3} more" if len(hits) > 3 else ""
+    warnings.warn(
+        f"compile(target={prog.target.arch!r}): {len(hits)} width-offset slice(s) ({shown}"
+        f"{more}) ride the {prog.target.tier}-tier x16 crop-DMA, which turns sliced "
+        "|values| > 4094 into +-inf, while A15+ chips return them unchanged. Values there "
+        "are not known to stay below 4094; check with af.fp16_divergence(out, targets, "
+        "input_bounds=...), or start the slice at width 0 (e.g. transpose first)",
+        CrossChipFP16Warning,
+        stacklevel=3,
+    )

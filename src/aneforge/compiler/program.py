@@ -24,6 +24,9 @@ class Program:
         inputs: the graph inputs in creation order.
         outputs: the output tensors, in the order given to :func:`compile`.
         opt: the optimization level it was compiled at.
+        target: the :class:`~aneforge.targets.table.Target` it was compiled for (None:
+            chip-independent). Running it on the emulator uses that target's per-chip
+            numerics unless the device overrides them.
 
     Example:
         >>> import numpy as np, aneforge as af
@@ -57,7 +60,8 @@ class Program:
 
     @property
     def cuts(self) -> list[Tensor]:
-        """The bridge nodes: each one cuts the graph into a native sub-program."""
+        """One bridge node per native call: each call cuts the graph (topk's values and
+        indices are one call)."""
         return [r.nodes[0] for r in self.regions if r.kind == "bridge"]
 
     @property
@@ -93,9 +97,10 @@ class Program:
     def summary(self) -> str:
         """A readable description: inputs, outputs, op histogram and the node list."""
         counts = Counter(n.op for n in self.compute_nodes)
+        where = "" if self.target is None else f", target={_target_label(self.target)}"
         lines = [
             f"Program: {self.op_count} ops, {len(self.inputs)} input(s), "
-            f"{len(self.outputs)} output(s), opt={self.opt!r}",
+            f"{len(self.outputs)} output(s), opt={self.opt!r}{where}",
             f"  weights: {self.weight_bytes / 1024:.1f} KiB fp16, "
             f"contractions: {self.flops / 1e6:.2f} MFLOP",
         ]
@@ -117,7 +122,8 @@ class Program:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"<Program {self.op_count} ops, opt={self.opt!r}>"
+        where = "" if self.target is None else f", target={_target_label(self.target)}"
+        return f"<Program {self.op_count} ops, opt={self.opt!r}{where}>"
 
     # ---- running -----------------------------------------------------------------------
     def prepare_inputs(self, args, kwargs) -> list[np.ndarray]:
@@ -156,6 +162,11 @@ class Program:
 
         inputs = self.prepare_inputs(args, kwargs)
         return get_device(device).run(self, inputs)
+
+
+def _target_label(target) -> str:
+    arch = getattr(target, "arch", None)
+    return f"{arch} (family {target.family})" if arch else str(target)
 
 
 def _label(t: Tensor) -> str:

@@ -29,11 +29,25 @@ class Region:
 
     kind: str  # "fused" or "bridge"
     index: int  # position in execution order
-    nodes: tuple[Tensor, ...]
+    nodes: tuple[Tensor, ...]  # a bridge region holds the outputs of one native call
 
     def __repr__(self) -> str:
         ops = ", ".join(n.op for n in self.nodes[:4]) + (", ..." if len(self.nodes) > 4 else "")
         return f"Region({self.kind} #{self.index}: {len(self.nodes)} node(s): {ops})"
+
+
+def _call_key(node: Tensor):
+    """Nodes with equal keys are outputs of one native call (topk's values and indices)."""
+    attrs = tuple(sorted((k, repr(v)) for k, v in node.attrs.items() if k != "output"))
+    return (node.op, tuple(id(s) for s in node.srcs), attrs)
+
+
+def _native_calls(nodes: list[Tensor]) -> list[tuple[Tensor, ...]]:
+    """Group the bridge nodes of one depth into native calls, in first-seen order."""
+    calls: dict[tuple, list[Tensor]] = {}
+    for node in nodes:
+        calls.setdefault(_call_key(node), []).append(node)
+    return [tuple(group) for group in calls.values()]
 
 
 def segment(nodes: list[Tensor]) -> list[Region]:
@@ -52,8 +66,8 @@ def segment(nodes: list[Tensor]) -> list[Region]:
         depth[id(node)] = d
     regions: list[Region] = []
     for d in range(0, max([*fused, *bridges], default=0) + 1):
-        for node in bridges.get(d, []):
-            regions.append(Region("bridge", len(regions), (node,)))
+        for call in _native_calls(bridges.get(d, [])):
+            regions.append(Region("bridge", len(regions), call))
         if fused.get(d):
             regions.append(Region("fused", len(regions), tuple(fused[d])))
     return regions

@@ -115,6 +115,9 @@ def estimate_breakdown(out, int8: bool = False, calibration: Constants | None = 
             if int8:
                 saved_bytes += node_bytes(node) - nbytes
             if region.kind == "bridge":
+                if node is not region.nodes[0]:  # a second output of the same native call
+                    nodes.append(NodeCost(node, region.index, "bridge", 0.0, "shared", 0, 0))
+                    continue
                 measured = bridge_cost_us(node)
                 t = measured if measured is not None else node_time_us(node, *_rates(c), int8)
                 cut_total += c.cut_us + t

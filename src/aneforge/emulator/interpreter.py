@@ -5,6 +5,10 @@ the only difference between the reference interpreter and the fast path is the m
 backend (``gemm_reference`` vs ``gemm_fast``), which are bit-identical by contract.
 Intermediate values are dropped after their last use.
 
+``target`` selects the per-chip numerics (:mod:`aneforge.emulator.chips`): ``None`` is
+the generic model; a target applies its family's crop-DMA clamp, reduction route and
+matmul output saturation, identically on both matmul backends.
+
 Example:
     >>> import numpy as np, aneforge as af
     >>> from aneforge.emulator.interpreter import execute_fp16
@@ -19,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.registry import get_op
+from .chips import chip_execution, chip_numerics
 from .gemm import gemm, gemm_reference
 
 
@@ -37,19 +42,32 @@ def _execute(program, inputs, kernel, weight_value):
     return [env[id(t)] for t in program.outputs]
 
 
-def execute_fp16(program, inputs, fast: bool = True) -> list[np.ndarray]:
+def execute_fp16(program, inputs, fast: bool = True, target=None) -> list[np.ndarray]:
     """Run ``program`` in the engine's fp16 arithmetic; inputs are fp16 arrays.
 
     ``fast`` selects the compiled matmul backend; ``fast=False`` is the plain NumPy
-    reference interpreter. Both give the same bits.
+    reference interpreter. Both give the same bits. ``target`` (a name, Target or
+    ChipNumerics) emulates that chip's family; ``None`` is the generic model (the
+    program's own ``target`` is the device's business, not the executor's).
     """
+    chip = chip_numerics(target)
     mm = gemm if fast else gemm_reference
 
-    def kernel(node, args):
-        out = get_op(node.op).emulate(args, node.attrs, mm)
-        return np.asarray(out, dtype=np.float16).reshape(node.shape)
+    if chip is None:
 
-    return _execute(program, inputs, kernel, lambda node: node.value)
+        def kernel(node, args):
+            out = get_op(node.op).emulate(args, node.attrs, mm)
+            return np.asarray(out, dtype=np.float16).reshape(node.shape)
+
+    else:
+        chip_mm = chip.matmul(mm)
+
+        def kernel(node, args):
+            out = get_op(node.op).emulate(args, node.attrs, chip_mm)
+            return chip.finish(node, np.asarray(out, dtype=np.float16).reshape(node.shape))
+
+    with chip_execution(chip):
+        return _execute(program, inputs, kernel, lambda node: node.value)
 
 
 def execute_float64(program, inputs) -> list[np.ndarray]:

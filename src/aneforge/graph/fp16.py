@@ -8,7 +8,9 @@ them so the arithmetic contract (``docs/numerics.md``) lives in one place.
   carries at least 2*11+2 significand bits, computing an elementwise op in float64 from
   fp16 operands and then rounding once gives the correctly rounded fp16 result.
 - :func:`narrow_sum` is the reduce_sum accumulator: every partial sum rounded to fp16,
-  terms added one at a time in ascending index order.
+  terms added one at a time in ascending index order. Inside :func:`reduction_route`
+  (set by the per-chip emulator, docs/numerics.md section 9.2) a sum over more than the
+  route's terms is split into chunks first; outside it, nothing changes.
 
 Example:
     >>> import numpy as np

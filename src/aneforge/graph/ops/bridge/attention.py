@@ -86,6 +86,13 @@ _SDPA = bridge_op(
 )
 
 
+#: sdpa's native numeric reliability envelope (spec 004, "sdpa"): the native fused
+#: attention is reliable (~3e-3) to 2048 positions, garbage (~1.0) at 4096 and once both
+#: the query and the key axis exceed 512.
+NATIVE_MAX_POSITIONS = 2048
+NATIVE_MAX_BOTH_AXES = 512
+
+
 def sdpa(q, k, v, scale=None, mask=None) -> Tensor:
     """Scaled dot-product attention ``softmax((q @ k^T) * scale [+ mask], -1) @ v``.
 
@@ -93,6 +100,14 @@ def sdpa(q, k, v, scale=None, mask=None) -> Tensor:
     with equal batch dims; ``mask`` (optional) is an additive tensor or array that
     broadcasts to the scores [..., S, T] (use ``-inf`` or a large negative to hide).
     Attributes: ``scale`` (default ``D**-0.5``). Output: [..., S, Dv].
+
+    Native reliability envelope (spec 004): the engine's native fused attention is
+    reliable (~3e-3) only while ``max(S, T) <= 2048`` and not both ``S`` and ``T``
+    exceed 512; at S = 4096, or with both axes above 512, it returns garbage (~1.0).
+    Outside that envelope this function therefore emits the decomposed form instead of
+    the native ``sdpa`` bridge node: ``bmm(q, k^T)``, ``* scale``, ``+ mask``,
+    ``softmax(-1)``, ``bmm(., v)`` (the wide matmul accumulator holds it to ~5e-3). On
+    the emulator the two forms give the same bits.
 
     Emulator numerics, exactly the fp16 steps of the fused decomposition
     ``((q @ k^T) * scale [+ mask]).softmax(-1) @ v``, so both are bit-identical:
@@ -106,10 +121,21 @@ def sdpa(q, k, v, scale=None, mask=None) -> Tensor:
         >>> from aneforge.graph.ops.bridge import sdpa
         >>> sdpa(af.input((2, 5, 8)), af.input((2, 7, 8)), af.input((2, 7, 3))).shape
         (2, 5, 3)
+        >>> sdpa(af.input((1, 600, 8)), af.input((1, 600, 8)), af.input((1, 600, 8))).op
+        'bmm'
     """
     srcs = (q, k, v) if mask is None else (q, k, v, mask)
-    return make("sdpa", *srcs, scale=scale, has_mask=mask is not None)
+    node = make("sdpa", *srcs, scale=scale, has_mask=mask is not None)
+    q, k, v = node.srcs[:3]
+    s_len, t_len = q.shape[-2], k.shape[-2]
+    if max(s_len, t_len) <= NATIVE_MAX_POSITIONS and min(s_len, t_len) <= NATIVE_MAX_BOTH_AXES:
+        return node
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    perm = tuple(range(k.ndim - 2)) + (k.ndim - 1, k.ndim - 2)
+    scores = make("mul", make("bmm", q, make("transpose", k, perm=perm)), float(scale))
+    if mask is not None:
+        scores = make("add", scores, node.srcs[3])
+    return make("bmm", make("softmax", scores, axis=-1), v)
 
 
-#: This module's op records; the package registers them in BRIDGE_OPS order.
 OPS = (_SDPA,)

@@ -1,0 +1,462 @@
+"""``fp16_divergence``: predict, per node, how a graph's fp16 results differ across chips.
+
+Spec 004 ("Cross-chip fp16 divergence"): the accumulator width and the compiler are the
+same on every chip, so fp16 values are chip-independent except where a family selects a
+different codegen route. The emulator reproduces those routes (docs/numerics.md,
+"Per-chip numerics"); this pass predicts them statically, without data, into:
+
+- ``saturation``: a width-offset ``slice``/``input_view`` on an A13/A14-tier target
+  (families 2, 3) among ``targets`` rides the x16 crop-DMA, which turns sliced values
+  with ``|v| > 4094`` into +-inf. Magnitude-gated: flagged only when the sliced tensor's
+  bound can exceed 4094. Bounds are simple max-|value| intervals propagated from the
+  declared ``input_bounds`` and the weights' actual values; an undeclared input, and any
+  op without a bound rule, is unbounded (may exceed). It is a hazard of the saturating
+  chip itself, so a single such target is enough.
+- ``reorder``: a narrow fp16 reduction (sum, mean, softmax, layer/rms/group/l2 norm,
+  avg_pool window, sdpa's softmax, cost_volume's channel mean) over more than the
+  smaller route threshold of the targets (192 on families 2/3, 384 on 4/5) when the
+  targets' thresholds differ: the chips add the same terms in a different order.
+  Spec 004 calls this class ``ulp1`` and quotes "<= 1 ULP"; the emulator's
+  narrow-accumulator model does not support that bound (each route's partial sums round
+  differently, so outputs differ by several ULPs, and a sum of signed terms can differ
+  by far more relative to its small result; docs/numerics.md gives the measured
+  figures). aneforge therefore reports ``reorder`` and never ``ulp1``.
+- ``ulp1``: kept as a class name for the spec's vocabulary; never returned (above).
+- ``round1``: the spec's reduce-then-square fusion difference; never returned, since
+  A13, A14 and A16 silicon all compute fp16(sum)^2 (spec 004: a measured no-op).
+- ``none``: no family among ``targets`` selects a differing route for the node.
+
+Per-node classes say where a divergence starts; it then flows to every consumer, so
+:attr:`DivergenceReport.outputs` carries the worst class reaching each output and
+:attr:`DivergenceReport.worst` the program's. The matmul output saturation near 32752
+is the same on every family, so it never makes chips differ and is not reported here.
+
+Contract (tested against the emulator): ``worst == 'none'`` means bit-identical outputs
+on every target in ``targets``; ``reorder`` means the outputs differ at most by the
+reordering of narrow sums; ``saturation`` means +-inf appears on the saturating chips
+exactly when sliced values exceed 4094, and never while the declared bounds hold.
+
+Example:
+    >>> import aneforge as af
+    >>> from aneforge.analysis import fp16_divergence
+    >>> x = af.input((4, 512), name="x")
+    >>> y = af.softmax(x)[:, 1:]
+    >>> rep = fp16_divergence(y, ["M1", "M4"], input_bounds={"x": 10.0})
+    >>> [(e.op, e.cls) for e in rep.flagged], rep.worst
+    ([('softmax', 'reorder')], 'reorder')
+    >>> z = (x * 500.0)[:, 1:]
+    >>> fp16_divergence(z, ["M1"], input_bounds={"x": 10.0}).worst
+    'saturation'
+    >>> fp16_divergence(z, ["M1"], input_bounds={"x": 8.0}).worst  # |z| <= 4000
+    'none'
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..emulator.chips import (
+    CROP_DMA_LIMIT,
+    chip_numerics,
+    is_width_offset,
+    resolve,
+    width_begin,
+)
+from ..errors import OptionError
+
+#: Every class, least severe first.
+CLASSES = ("none", "round1", "ulp1", "reorder", "saturation")
+_RANK = {c: i for i, c in enumerate(CLASSES)}
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class NodeDivergence:
+    """One compute node's predicted cross-chip behaviour.
+
+    Attributes:
+        index: the node's position in the program's execution order.
+        op, shape: the node's op and output shape.
+        cls: one of :data:`CLASSES`.
+        targets: the architectures on which it deviates (saturation: the saturating
+            ones; reorder: every target, each with its own route), empty for ``none``.
+        detail: one sentence saying why.
+        bound: the max-|value| bound of the node's output used for magnitude gating.
+    """
+
+    index: int
+    op: str
+    shape: tuple[int, ...]
+    cls: str
+    targets: tuple[str, ...]
+    detail: str
+    bound: float
+
+    def __str__(self) -> str:
+        return f"%{self.index} {self.op} {self.shape}: {self.cls} - {self.detail}"
+
+
+@dataclass(frozen=True)
+class DivergenceReport:
+    """The result of :func:`fp16_divergence`.
+
+    Attributes:
+        targets: the architectures compared, in the order given.
+        entries: one :class:`NodeDivergence` per compute node, in execution order.
+        outputs: the worst class reaching each program output.
+        worst: the worst class of the whole program.
+    """
+
+    targets: tuple[str, ...]
+    entries: tuple[NodeDivergence, ...]
+    outputs: tuple[str, ...]
+    worst: str
+
+    @property
+    def flagged(self) -> list[NodeDivergence]:
+        """The entries whose class is not ``none``."""
+        return [e for e in self.entries if e.cls != "none"]
+
+    def by_class(self, cls: str) -> list[NodeDivergence]:
+        """The entries of class ``cls``."""
+        if cls not in _RANK:
+            raise OptionError(f"unknown divergence class {cls!r}; classes are {CLASSES}")
+        return [e for e in self.entries if e.cls == cls]
+
+    def __str__(self) -> str:
+        head = f"fp16 divergence across {', '.join(self.targets)}: {self.worst}"
+        return "\n".join([head] + [f"  {e}" for e in self.flagged])
+
+
+def fp16_divergence(out, targets, input_bounds=None) -> DivergenceReport:
+    """Predict where ``out``'s fp16 results differ across ``targets``, node by node.
+
+    Args:
+        out: a Tensor, a list of Tensors or a compiled Program.
+        targets: architecture or chip names (or Targets), e.g. ``["M1", "M4", "M5"]``; a
+            single name is accepted. Family-1 targets have no MIL path and are refused.
+        input_bounds: ``{input name or index: max |value|}`` for the inputs whose range
+            is known; the rest are unbounded.
+
+    Returns:
+        A :class:`DivergenceReport` (module docstring: the classes and the contract).
+    """
+    program = _program(out)
+    archs, chips = _targets(targets)
+    bounds = _bounds(program, _input_bounds(program, input_bounds))
+    routes = sorted({c.route for c in chips})
+    saturating = tuple(a for a, c in zip(archs, chips) if c.crop_dma_limit is not None)
+    entries = []
+    reach: dict[int, int] = {}
+    for i, node in enumerate(program.nodes):
+        if node.op in ("input", "weight"):
+            reach[id(node)] = 0
+            continue
+        cls, who, detail = "none", (), "no family among the targets routes it differently"
+        src_bound = max((bounds[id(s)] for s in node.srcs[:1]), default=0.0)
+        if saturating and is_width_offset(node) and src_bound > CROP_DMA_LIMIT:
+            cls, who = "saturation", saturating
+            shown = "unbounded" if src_bound == INF else f"bounded by {src_bound:g}"
+            detail = (
+                f"width-offset {node.op} (last-axis begin {width_begin(node)}) rides the x16 "
+                f"crop-DMA on {', '.join(saturating)}: sliced |values| > 4094 become "
+                f"+-inf there; its input is {shown}"
+            )
+        else:
+            terms = narrow_terms(node)
+            if terms is not None and len(routes) > 1 and terms > routes[0]:
+                cls, who = "reorder", tuple(archs)
+                detail = (
+                    f"narrow sum over {terms} terms with route thresholds "
+                    + ", ".join(f"{a} {c.route}" for a, c in zip(archs, chips))
+                    + ": the chips round their partial sums in different orders"
+                )
+        entries.append(NodeDivergence(i, node.op, node.shape, cls, who, detail, bounds[id(node)]))
+        reach[id(node)] = max([_RANK[cls]] + [reach[id(s)] for s in node.srcs])
+    outputs = tuple(CLASSES[reach[id(t)]] for t in program.outputs)
+    worst = CLASSES[max((_RANK[c] for c in outputs), default=0)]
+    return DivergenceReport(tuple(archs), tuple(entries), outputs, worst)
+
+
+# ---- inputs --------------------------------------------------------------------------
+
+
+def _program(out):
+    from ..compiler.compile import _as_outputs, build_program
+    from ..compiler.program import Program
+
+    if isinstance(out, Program):
+        return out
+    return build_program(_as_outputs(out))
+
+
+def _targets(targets):
+    if isinstance(targets, str) or not hasattr(targets, "__iter__"):
+        targets = [targets]
+    targets = list(targets)
+    if not targets:
+        raise OptionError("fp16_divergence: give at least one target, e.g. ['M1', 'M4']")
+    resolved = [resolve(t) for t in targets]
+    chips = [chip_numerics(t) for t in resolved]  # family 1 raises PreflightError
+    return [t.arch for t in resolved], chips
+
+
+def _input_bounds(program, given) -> dict[int, float]:
+    """Map ``given`` ({name or index: bound}) to {id(input node): bound}."""
+    out: dict[int, float] = {}
+    if not given:
+        return out
+    names = {t.name: t for t in program.inputs if t.name}
+    for key, value in dict(given).items():
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            if not 0 <= int(key) < len(program.inputs):
+                raise OptionError(
+                    f"input_bounds: index {key} is out of range; the program has "
+                    f"{len(program.inputs)} input(s)"
+                )
+            node = program.inputs[int(key)]
+        elif key in names:
+            node = names[key]
+        else:
+            known = ", ".join(repr(n) for n in names) or "none named"
+            raise OptionError(
+                f"input_bounds: no input {key!r}; give an input name ({known}) or index"
+            )
+        try:
+            bound = float(value)
+        except (TypeError, ValueError):
+            bound = -1.0
+        if not bound >= 0:
+            raise OptionError(
+                f"input_bounds[{key!r}]: a bound is a max |value| >= 0, got {value!r}"
+            )
+        out[id(node)] = bound
+    return out
+
+
+# ---- which nodes reduce narrowly, over how many terms ----------------------------------
+
+
+def _prod(values) -> int:
+    return int(np.prod([int(v) for v in values], dtype=np.int64))
+
+
+def _axes(attrs, ndim):
+    axes = attrs.get("axes")
+    if axes is None:
+        return tuple(range(ndim))
+    return tuple(sorted({a % ndim for a in axes}))
+
+
+def _kernel_elems(attrs, nd: int) -> int:
+    kern = tuple(attrs["kernel"])
+    return _prod(kern * nd if len(kern) == 1 else kern)
+
+
+def narrow_terms(node) -> int | None:
+    """How many terms ``node``'s narrow fp16 reduction adds (None: it has none).
+
+    These are the ops whose emulator kernels call the narrow accumulator; lrn's window
+    sum is a chain of elementwise adds and cumsum runs through the wide accumulator, so
+    neither takes a reduction route.
+    """
+    op, attrs = node.op, node.attrs
+    if not node.srcs:
+        return None
+    x = node.srcs[0].shape
+    if op in ("sum", "mean"):
+        return _prod(x[a] for a in _axes(attrs, len(x)))
+    if op in ("softmax", "l2_norm"):
+        return int(x[attrs["axis"] % len(x)])
+    if op in ("layer_norm", "rms_norm"):
+        return _prod(x[attrs["axis"] % len(x) :])
+    if op == "group_norm":
+        return _prod(x[1:]) // int(attrs["groups"])
+    if op == "avg_pool":
+        return _kernel_elems(attrs, len(x) - 2)
+    if op == "sdpa":
+        return int(node.srcs[1].shape[-2])
+    if op == "cost_volume":
+        return int(x[1])
+    return None
+
+
+# ---- max-|value| bounds --------------------------------------------------------------
+
+_UNIT = {"sigmoid", "tanh", "sin", "cos", "erf", "sign", "softmax", "l2_norm", "minmax_norm"}
+_UNIT |= {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
+_SAME = {"neg", "abs", "relu", "gelu", "silu", "mean", "amax", "amin", "max_pool"}
+_SAME |= {"avg_pool", "upsample"}
+_UNBOUNDED = {"log", "rsqrt", "inverse", "div", "pow", "batch_norm"}
+
+
+def _bounds(program, inputs: dict[int, float]) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for node in program.nodes:
+        if node.op == "input":
+            out[id(node)] = inputs.get(id(node), INF)
+        elif node.op == "weight":
+            out[id(node)] = _abs_max(node.value)
+        else:
+            b = _bound(node, [out[id(s)] for s in node.srcs])
+            out[id(node)] = INF if math.isnan(b) else b
+    return out
+
+
+def _abs_max(value) -> float:
+    arr = np.abs(np.asarray(value, dtype=np.float64))
+    if arr.size == 0:
+        return 0.0
+    if np.isnan(arr).any():
+        return INF
+    return float(arr.max())
+
+
+def _bound(node, b: list[float]) -> float:
+    """A bound on ``max |node|`` from its sources' bounds ``b`` (INF: unknown)."""
+    op = node.op
+    if op in _UNIT:
+        return 1.0
+    if op in _SAME:
+        return b[0]
+    if op in _UNBOUNDED:
+        return INF
+    rule = _RULES.get(op)
+    if rule is not None:
+        return rule(node, b)
+    from ..graph.registry import get_op
+
+    if "movement" in get_op(op).flags:
+        return b[0] if op in ("dynamic_slice", "input_view") else max(b)
+    return INF
+
+
+def _exp(node, b):
+    return INF if b[0] > 11.1 else math.exp(b[0])  # e^11.1 > 65504: may overflow
+
+
+def _clip(node, b):
+    lo, hi = node.attrs.get("lo"), node.attrs.get("hi")
+    ends = [abs(v) for v in (lo, hi) if v is not None]
+    if lo is not None and hi is not None:
+        return max(ends)
+    return max([b[0]] + ends)
+
+
+def _reduce_sum(node, b):
+    return narrow_terms(node) * b[0]
+
+
+def _cumsum(node, b):
+    return node.srcs[0].shape[-1] * b[0]
+
+
+def _affine(node, b, y):
+    i = 1
+    if node.attrs.get("has_weight"):
+        y, i = y * b[i], i + 1
+    if node.attrs.get("has_bias"):
+        y = y + b[i]
+    return y
+
+
+def _standardized(node, b):
+    # sum(y_i^2) <= n for a standardized vector, so |y_i| <= sqrt(n) (plus rounding).
+    return _affine(node, b, math.sqrt(narrow_terms(node)) * 1.01)
+
+
+def _weight_sum(node, axis) -> float | None:
+    """max over outputs of sum |w| along the contraction, when src 1 is a weight."""
+    w = node.srcs[1]
+    if w.op != "weight":
+        return None
+    a = np.abs(np.asarray(w.value, dtype=np.float64))
+    if np.isnan(a).any():
+        return INF
+    if a.ndim == 1:
+        return float(a.sum())
+    return float(np.max(np.sum(a, axis=axis)))
+
+
+def _contraction(k_of, axis):
+    def rule(node, b):
+        col = _weight_sum(node, axis)
+        y = b[0] * col if col is not None else k_of(node) * b[0] * b[1]
+        if len(b) > 2:
+            y += b[2]
+        return y
+
+    return rule
+
+
+def _mm_k(node):
+    return node.srcs[0].shape[-1]
+
+
+def _conv_k(node):
+    return _prod(node.srcs[1].shape[1:])
+
+
+def _convt_k(node):
+    w = node.srcs[1].shape
+    return w[0] * _prod(w[2:])
+
+
+def _conv(node, b):
+    w = node.srcs[1]
+    if w.op == "weight":
+        a = np.abs(np.asarray(w.value, dtype=np.float64))
+        y = INF if np.isnan(a).any() else b[0] * float(a.reshape(a.shape[0], -1).sum(1).max())
+    else:
+        y = _conv_k(node) * b[0] * b[1]
+    return y + (b[2] if len(b) > 2 else 0.0)
+
+
+def _conv_transpose(node, b):
+    w = node.srcs[1]
+    if w.op == "weight":
+        a = np.abs(np.asarray(w.value, dtype=np.float64))
+        axes = (0,) + tuple(range(2, a.ndim))
+        y = INF if np.isnan(a).any() else b[0] * float(a.sum(axis=axes).max())
+    else:
+        y = _convt_k(node) * b[0] * b[1]
+    return y + (b[2] if len(b) > 2 else 0.0)
+
+
+_RULES = {
+    "exp": _exp,
+    "sqrt": lambda node, b: math.sqrt(b[0]),
+    "square": lambda node, b: b[0] * b[0],
+    "softplus": lambda node, b: b[0] + math.log(2.0),
+    "relu6": lambda node, b: min(b[0], 6.0),
+    "elu": lambda node, b: max(b[0], abs(node.attrs["alpha"])),
+    "leaky_relu": lambda node, b: b[0] * max(1.0, abs(node.attrs["alpha"])),
+    "clip": _clip,
+    "floor": lambda node, b: b[0] + 1.0,
+    "ceil": lambda node, b: b[0] + 1.0,
+    "round": lambda node, b: b[0] + 1.0,
+    "add": lambda node, b: b[0] + b[1],
+    "sub": lambda node, b: b[0] + b[1],
+    "mul": lambda node, b: b[0] * b[1],
+    "maximum": lambda node, b: max(b),
+    "minimum": lambda node, b: max(b),
+    "select": lambda node, b: max(b[1], b[2]),
+    "sum": _reduce_sum,
+    "cumsum": _cumsum,
+    "layer_norm": _standardized,
+    "rms_norm": _standardized,
+    "group_norm": _standardized,
+    "matmul": _contraction(_mm_k, -2),
+    "bmm": _contraction(_mm_k, -2),
+    "linear": _contraction(_mm_k, -1),
+    "conv": _conv,
+    "conv_transpose": _conv_transpose,
+    "sdpa": lambda node, b: b[2],
+    "sort": lambda node, b: b[0],
+    "topk": lambda node, b: max(b[0], node.srcs[0].shape[node.attrs["axis"]]),
+    "argmax": lambda node, b: float(max(node.srcs[0].shape)),
+}

@@ -1,0 +1,190 @@
+"""Per-chip numerics: the measured behaviour that differs by capability family.
+
+The generic model (``target=None``, docs/numerics.md sections 1-7) is chip-independent.
+A target adds the per-family cliffs of spec 004 ("Cross-chip fp16 divergence", "The
+dynamic-range walls") and GUIDE section 3 rule 5, all in one record,
+:class:`ChipNumerics`, looked up by :func:`chip_numerics`. The executors apply it at
+exactly three points and nowhere else:
+
+1. **Crop-DMA saturation** (families 2 and 3, the A13/A14 tiers): a width-offset slice,
+   a ``slice`` or ``input_view`` whose begin on the last axis is not 0, rides the x16
+   fixed-point (Q.4) crop-DMA, so every sliced value with ``|v| > 4094`` (= 65504/16)
+   becomes +-inf, sign kept. Families 4 and 5 take a clean route. (:meth:`finish`)
+2. **Reduction route** (192 terms on families 2/3, 384 on 4/5): every narrow fp16
+   reduction (sum, mean, the sums inside softmax, the norms, avg_pool windows, sdpa's
+   softmax, cost_volume) over more than ``route`` terms is split: consecutive chunks of
+   ``route`` terms each summed narrowly in order, then the chunk partials summed
+   narrowly in order. (:meth:`route`, via :func:`aneforge.graph.fp16.reduction_route`)
+3. **Matmul output saturation** (every family with a MIL path): the contraction backend's
+   rounded output ``y = fp16(S)`` becomes +-inf where ``|y| > 32752`` (the largest fp16
+   below 2^15), before any bias add. Applies to matmul, bmm, linear, conv,
+   conv_transpose and the contractions inside bridge ops. (:meth:`matmul`)
+
+Family 1 has no MIL path: nothing compiles for it, so it has no numerics record and
+:func:`chip_numerics` refuses it.
+
+Example:
+    >>> from aneforge.emulator.chips import chip_numerics
+    >>> m1 = chip_numerics("M1")
+    >>> m1.family, m1.route, m1.crop_dma_limit, m1.matmul_limit
+    (2, 192, 4094.0, 32752.0)
+    >>> chip_numerics("h17s").crop_dma_limit is None
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import OptionError, PreflightError
+from ..graph.fp16 import FP16_MAX, reduction_route
+
+#: The crop-DMA's usable magnitude: fp16's maximum over the Q.4 scale of 16 (spec 004).
+CROP_DMA_LIMIT = FP16_MAX / 16  # 4094.0
+#: The contraction output stage's usable magnitude (GUIDE 3.5): the largest fp16 < 2^15.
+MATMUL_LIMIT = 32752.0
+#: The ops that move data through the crop-DMA when they start off the width origin.
+CROP_OPS = ("slice", "input_view")
+
+
+@dataclass(frozen=True)
+class ChipNumerics:
+    """The numerics of one capability family.
+
+    Attributes:
+        family: the capability family (2..5).
+        tier: its tier label ('A13', 'A14', 'A15', 'A16').
+        route: reductions over more than this many terms take the split route.
+        crop_dma_limit: width-offset slices saturate ``|v| >`` this to +-inf; ``None``
+            for the clean route.
+        matmul_limit: contraction outputs with ``|y| >`` this become +-inf; ``None``
+            for no limit.
+    """
+
+    family: int
+    tier: str
+    route: int
+    crop_dma_limit: float | None
+    matmul_limit: float | None
+
+    def route_context(self):
+        """A context in which every narrow sum follows this family's reduction route."""
+        return reduction_route(self.route)
+
+    def matmul(self, mm):
+        """The contraction backend ``mm`` with this family's output saturation."""
+        limit = self.matmul_limit
+        if limit is None:
+            return mm
+
+        def saturating(a, b):
+            return saturate(mm(a, b), limit)
+
+        return saturating
+
+    def finish(self, node, value: np.ndarray) -> np.ndarray:
+        """A node's fp16 output as this family computes it (the crop-DMA clamp)."""
+        if self.crop_dma_limit is not None and is_width_offset(node):
+            return saturate(value, self.crop_dma_limit)
+        return value
+
+
+# Spec 004: the route threshold "192 on A13/A14 vs 384 on A15+"; the crop-DMA "A13/A14
+# x16 fixed-point" (the divergence section names A13 only; the dynamic-range section
+# and the issue name A13/A14, which is followed here); GUIDE 3.5: matmul saturation.
+_FAMILIES = {
+    2: ChipNumerics(2, "A13", 192, CROP_DMA_LIMIT, MATMUL_LIMIT),
+    3: ChipNumerics(3, "A14", 192, CROP_DMA_LIMIT, MATMUL_LIMIT),
+    4: ChipNumerics(4, "A15", 384, None, MATMUL_LIMIT),
+    5: ChipNumerics(5, "A16", 384, None, MATMUL_LIMIT),
+}
+
+#: Names that ask explicitly for the generic, chip-independent model.
+GENERIC_NAMES = ("generic",)
+
+
+def family_numerics(family: int) -> ChipNumerics:
+    """The record of a capability family (2..5)."""
+    if family == 1:
+        raise PreflightError(
+            "capability family 1 (h11, h12, m9, t0) has no MIL path: no program compiles "
+            "or runs there; pick a target of family 2 or later (e.g. 'M1')"
+        )
+    try:
+        return _FAMILIES[family]
+    except KeyError:
+        raise OptionError(f"unknown capability family {family!r}; families are 1..5") from None
+
+
+def resolve(target):
+    """The :class:`~aneforge.targets.table.Target` of a name or Target (OptionError if
+    unknown). Uses ``targets.names.resolve_target`` (marketing names) when present."""
+    from ..targets import table
+
+    try:
+        from ..targets.names import resolve_target
+    except ImportError:  # pragma: no cover - the names module ships with the table
+        resolve_target = None
+    if resolve_target is not None:
+        return resolve_target(target)
+    if isinstance(target, table.Target):
+        return target
+    try:
+        return table.get_target(str(target))
+    except KeyError:
+        raise OptionError(f"unknown target {target!r}") from None
+
+
+def chip_numerics(target) -> ChipNumerics | None:
+    """The per-chip numerics of ``target``; ``None`` (or 'generic') is the generic model.
+
+    ``target`` is an architecture or marketing name, a Target or a ChipNumerics. A
+    family-1 target raises :class:`~aneforge.errors.PreflightError` (no MIL path).
+    """
+    if target is None or isinstance(target, ChipNumerics):
+        return target
+    if isinstance(target, str) and target.strip().lower() in GENERIC_NAMES:
+        return None
+    return family_numerics(resolve(target).family)
+
+
+def saturate(value: np.ndarray, limit: float) -> np.ndarray:
+    """``value`` (fp16) with every ``|v| > limit`` replaced by +-inf, sign kept."""
+    value = np.asarray(value, dtype=np.float16)
+    with np.errstate(invalid="ignore"):
+        over = np.abs(value) > limit
+    if not over.any():
+        return value
+    return np.where(over, np.copysign(np.float16(np.inf), value), value).astype(np.float16)
+
+
+def width_begin(node) -> int:
+    """The begin on the last axis of a ``slice`` / ``input_view`` node (0 otherwise)."""
+    if node.op not in CROP_OPS or not node.srcs:
+        return 0
+    begins = node.attrs.get("begins") or ()
+    if not begins:
+        return 0
+    if node.op == "slice":
+        width = node.srcs[0].shape[-1]
+        steps = node.attrs.get("steps") or (1,) * len(begins)
+        return slice(begins[-1], None, steps[-1]).indices(width)[0]
+    return int(begins[-1])
+
+
+def is_width_offset(node) -> bool:
+    """Whether ``node`` is a width-offset slice (its last-axis begin is not 0)."""
+    return width_begin(node) != 0
+
+
+@contextlib.contextmanager
+def chip_execution(chip: ChipNumerics | None):
+    """The reduction-route context of ``chip`` (nothing for the generic model)."""
+    if chip is None:
+        yield
+        return
+    with chip.route_context():
+        yield
