@@ -148,7 +148,11 @@ def compile(outputs, opt="routes", target=None) -> Program:  # noqa: A001  (publ
         from ..cost.estimate import estimate
         from ..optimizer.routes import select_routes
 
-        new, decisions = select_routes(list(outs), estimate)
+        # With a target the routes are priced by that chip's analytic model.
+        def cost(graph):
+            return estimate(graph) if tgt is None else estimate(graph, target=tgt)
+
+        new, decisions = select_routes(list(outs), cost)
         outs = tuple(new)
         passes["routes"] = decisions
     elif opt == 1:
