@@ -96,11 +96,11 @@ def test_unknown_model_is_a_user_error(capsys):
     assert captured.out == ""
 
 
-def test_onnx_file_points_at_issue_5(capsys):
+def test_a_missing_onnx_file_is_a_user_error(capsys):
     assert main(["check", "m.onnx"]) == 2
     captured = capsys.readouterr()
     assert "m.onnx" in captured.err
-    assert "issue 5" in captured.err
+    assert "no such file" in captured.err
     assert "Traceback" not in captured.err
 
 

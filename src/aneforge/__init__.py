@@ -53,6 +53,11 @@ from .targets import estimate_provenance, project_peak, resolve_target, targets
 
 __version__ = "0.1.0"
 
+from .io import coreml_device as _coreml_device  # noqa: E402  (registers the "coreml" device)
+from .numerics.paired import Paired, paired, paired_subtract  # noqa: E402
+
+_coreml_device.register()
+
 __all__ = [
     *_graph.__all__,
     "AneforgeError",
@@ -77,6 +82,7 @@ __all__ = [
     "InputError",
     "OptionError",
     "PrecisionWarning",
+    "Paired",
     "Program",
     "ShapeError",
     "SimulatedANE",
@@ -89,6 +95,8 @@ __all__ = [
     "estimate_breakdown",
     "get_device",
     "nn",
+    "paired",
+    "paired_subtract",
     "reduce_sum_to_matmul",
     "reference",
     "register_device",

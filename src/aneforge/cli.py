@@ -18,9 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 
 from . import __version__
-from .errors import AneforgeError, OptionError
+from .errors import AneforgeError, DispatchFloorWarning, OptionError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,10 +35,14 @@ def _parser() -> argparse.ArgumentParser:
         "check",
         help="compile a model, emulate it in fp16 and compare with float64",
         description="Compile MODEL, run it on the fp16 emulator with seeded inputs and "
-        "report its error against the float64 reference. MODEL is a bundled example "
-        "name (cnn, transformer); without MODEL every bundled example is checked.",
+        "report its error against the float64 reference. MODEL is an .onnx file or a "
+        "bundled example name (cnn, transformer); without MODEL every bundled example "
+        "is checked.",
     )
-    check.add_argument("model", nargs="?", help="bundled example name (default: all)")
+    check.add_argument(
+        "model", nargs="?", help="an .onnx file or a bundled example name (default: all)"
+    )
+    check.add_argument("--export", metavar="PATH", help="also write a Core ML .mlpackage")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.add_argument("--seed", type=int, default=0, help="seed of inputs and weights")
     check.add_argument(
@@ -45,22 +50,51 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help="comma-separated targets to estimate for, e.g. M1,M4,M5 or h13,h17s",
     )
+    export = sub.add_parser(
+        "export",
+        help="write a model as a Core ML .mlpackage (fp16 ML Program)",
+        description="Compile MODEL (an .onnx file or a bundled example) and write it as "
+        "an fp16 Core ML ML Program package.",
+    )
+    export.add_argument("model", help="an .onnx file or a bundled example name")
+    export.add_argument("-o", "--output", required=True, help="the .mlpackage to write")
+    export.add_argument("--target", default="", help="target chip (sets the OS floor)")
     return parser
 
 
-def _resolve_models(name: str | None):
+def load_models(spec: str | None) -> list[tuple[str, list, list]]:
+    """(name, inputs, outputs) of the bundled examples, one of them, or an ONNX file."""
+    from pathlib import Path
+
     from .graph.nn import EXAMPLES
 
-    if name is None:
-        return list(EXAMPLES.items())
-    if name in EXAMPLES:
-        return [(name, EXAMPLES[name])]
-    if name.endswith(".onnx"):
+    if spec is None:
+        names = list(EXAMPLES)
+    elif spec in EXAMPLES:
+        names = [spec]
+    elif spec.endswith(".onnx"):
+        path = Path(spec)
+        if not path.is_file():
+            raise OptionError(f"model '{spec}': no such file")
+        try:
+            from .io.onnx_import import from_onnx
+        except ImportError as err:
+            raise OptionError(
+                f"model '{spec}': ONNX import needs the onnx package ({err}); "
+                "install it with: pip install 'aneforge[onnx]'"
+            ) from None
+        graph = from_onnx(path)
+        return [(path.name, list(graph.inputs), list(graph.outputs))]
+    else:
         raise OptionError(
-            f"check: '{name}' is an ONNX file; ONNX import arrives with issue 5. "
-            f"Bundled examples: {', '.join(EXAMPLES)}"
+            f"unknown model '{spec}': give an .onnx file or a bundled example "
+            f"({', '.join(EXAMPLES)})"
         )
-    raise OptionError(f"check: unknown model '{name}'; bundled examples: {', '.join(EXAMPLES)}")
+    models = []
+    for name in names:
+        x, y = EXAMPLES[name]()
+        models.append((name, [x], [y]))
+    return models
 
 
 def check_model(name: str, builder, seed: int = 0, targets=()) -> dict:
@@ -129,15 +163,56 @@ def _targets_table(rep: dict):
     return table
 
 
+def _targets(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
 def _check(args) -> int:
-    targets = [t.strip() for t in args.target.split(",") if t.strip()]
-    reports = [
-        check_model(name, build, args.seed, targets) for name, build in _resolve_models(args.model)
-    ]
+    from .report import check_report
+
+    targets = _targets(args.target)
+    reports = []
+    for name, inputs, outputs in load_models(args.model):
+        rep = check_report(name, inputs, outputs, seed=args.seed, targets=targets)
+        if args.export:
+            rep["export"] = _export(outputs, args.export, targets[0] if targets else None)
+        reports.append(rep)
     if args.json:
         print(json.dumps({"aneforge": __version__, "reports": reports}, indent=2))
     else:
         _print_tables(reports)
+    return 0
+
+
+def _export(outputs, path, target) -> dict:
+    from .compiler import compile as compile_graph
+    from .io.coreml_export import export_coreml
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DispatchFloorWarning)
+        prog = compile_graph(list(outputs))
+    written, lowering = export_coreml(prog, path, target=target, return_lowering=True)
+    return {"path": str(written), "lowering": _plain(lowering)}
+
+
+def _plain(value):
+    """A JSON-ready copy of an export's lowering record."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def _export_command(args) -> int:
+    models = load_models(args.model)
+    if len(models) != 1:
+        raise OptionError("export: name one model (an .onnx file or a bundled example)")
+    name, _, outputs = models[0]
+    record = _export(outputs, args.output, args.target or None)
+    print(f"wrote {record['path']} ({name})")
     return 0
 
 
@@ -149,7 +224,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return 0
     try:
-        return _check(args)
+        return _export_command(args) if args.command == "export" else _check(args)
     except AneforgeError as err:
         print(f"aneforge: error: {err}", file=sys.stderr)
         return 2

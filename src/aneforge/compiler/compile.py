@@ -94,7 +94,9 @@ def _pick_by_estimate(outs):
     return list(chosen.outputs), {"variant": name, "lossless": chosen.lossless}
 
 
-def compile(outputs, opt="routes", target=None) -> Program:  # noqa: A001  (public API name)
+def compile(  # noqa: A001  (public API name)
+    outputs, opt="routes", target=None, compress=None, compress_atol=0.05, int8=False
+) -> Program:
     """Compile one tensor or a sequence of tensors into a :class:`Program`.
 
     Args:
@@ -110,6 +112,16 @@ def compile(outputs, opt="routes", target=None) -> Program:  # noqa: A001  (publ
             emulator. On an A13/A14-tier target it warns ``CrossChipFP16Warning`` when
             a width-offset slice may see values beyond 4094 (the crop-DMA clamp;
             docs/numerics.md, "Per-chip numerics").
+        compress: weight compression of the contraction weights, applied first:
+            ``'int8'`` (per-channel), ``'int4'`` (16-entry lookup table, falling back
+            to int8 then fp16), ``'sparse'`` (bitmask + nonzeros, weights >= 50%
+            zeros) or ``'auto'`` (per weight: sparse, else int4, else int8, else fp16,
+            among the encodings the target family streams natively). Every lossy
+            choice is gated by ``compress_atol``, recorded in ``prog.passes
+            ['compression']`` and warned once (``AneforgeWarning``). docs/compression.md.
+        compress_atol: the per-weight budget, ``max`` over output channels of
+            ``||w_c - decoded_c|| / ||w_c||`` (default 0.05).
+        int8: ``True`` is the alias of ``compress='int8'``.
 
     Returns:
         A Program whose nodes are in a deterministic execution order; compiling the same
@@ -132,6 +144,7 @@ def compile(outputs, opt="routes", target=None) -> Program:  # noqa: A001  (publ
         from ..emulator.chips import resolve
 
         tgt = resolve(target)
+    outs, compression = _compress(outs, compress, compress_atol, int8, tgt)
     passes: dict = {}
     if opt in (2, "max"):
         from ..optimizer.tune import tune
@@ -139,6 +152,7 @@ def compile(outputs, opt="routes", target=None) -> Program:  # noqa: A001  (publ
         if tgt is not None:
             outs, passes = _preflight(outs, tgt)
         prog = tune(list(outs))
+        prog.passes.update(compression)
         if tgt is not None:
             prog.target = tgt
             prog.passes.update(passes)
@@ -163,13 +177,40 @@ def compile(outputs, opt="routes", target=None) -> Program:  # noqa: A001  (publ
         passes.update(found)
     prog = build_program(outs, opt)
     prog.target = tgt
-    prog.passes = passes
+    prog.passes = {**compression, **passes}
     if tgt is not None:
         _warn_divergence(prog)
     from ..cost.estimate import warn_if_floor_dominated
 
     warn_if_floor_dominated(prog)
     return prog
+
+
+def _compress(outs, compress, atol, int8, tgt):
+    """Apply ``compress`` (or the ``int8=True`` alias) to ``outs``, warning once when a
+    choice is lossy or not streamed natively. Returns (outputs, passes entry)."""
+    from ..numerics.compression import COMPRESS_MODES, compress_graph, lossy_message
+
+    if not isinstance(int8, bool):
+        raise OptionError(f"compile: int8 must be True or False, got {int8!r}")
+    if int8:
+        if compress not in (None, "int8"):
+            raise OptionError(
+                f"compile: int8=True is the alias of compress='int8', but compress="
+                f"{compress!r} was also given; pass one of them"
+            )
+        compress = "int8"
+    if compress is None:
+        return outs, {}
+    if compress not in COMPRESS_MODES:
+        raise OptionError(f"compile: compress must be one of {COMPRESS_MODES}, got {compress!r}")
+    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not atol >= 0:
+        raise OptionError(f"compile: compress_atol must be a number >= 0, got {atol!r}")
+    new, report = compress_graph(list(outs), compress, float(atol), tgt)
+    message = lossy_message(report, f"compile(compress={compress!r})")
+    if message:
+        warnings.warn(message, AneforgeWarning, stacklevel=3)
+    return tuple(new), {"compression": report}
 
 
 def _preflight(outs, tgt):

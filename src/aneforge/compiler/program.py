@@ -91,8 +91,10 @@ class Program:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of fp16 weights the program streams."""
-        return 2 * sum(n.size for n in self.nodes if n.op == "weight")
+        """Bytes the program's weights stream (compressed encodings counted as such)."""
+        from ..numerics.compression import weight_stream_bytes_exact
+
+        return sum(weight_stream_bytes_exact(n) for n in self.nodes if n.op == "weight")
 
     def summary(self) -> str:
         """A readable description: inputs, outputs, op histogram and the node list."""
@@ -101,7 +103,7 @@ class Program:
         lines = [
             f"Program: {self.op_count} ops, {len(self.inputs)} input(s), "
             f"{len(self.outputs)} output(s), opt={self.opt!r}{where}",
-            f"  weights: {self.weight_bytes / 1024:.1f} KiB fp16, "
+            f"  weights: {self.weight_bytes / 1024:.1f} KiB, "
             f"contractions: {self.flops / 1e6:.2f} MFLOP",
         ]
         for t in self.inputs:
@@ -124,6 +126,18 @@ class Program:
     def __repr__(self) -> str:
         where = "" if self.target is None else f", target={_target_label(self.target)}"
         return f"<Program {self.op_count} ops, opt={self.opt!r}{where}>"
+
+    # ---- export ------------------------------------------------------------------------
+    def export_coreml(self, path, target=None, **options):
+        """Write this program as an fp16 Core ML ``.mlpackage`` (needs coremltools).
+
+        ``target`` (an architecture or chip name) picks the minimum deployment target;
+        see :func:`aneforge.io.coreml_export.export_coreml` for ``options``. Returns the
+        package path.
+        """
+        from ..io.coreml_export import export_coreml
+
+        return export_coreml(self, path, target=target, **options)
 
     # ---- running -----------------------------------------------------------------------
     def prepare_inputs(self, args, kwargs) -> list[np.ndarray]:

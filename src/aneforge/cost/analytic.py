@@ -7,7 +7,8 @@ Per fused program (region) on chip ``T``::
 - ``compute_T = sum over contractions of flops / (peak_T * u)``, with the utilization
   ramp ``u = min(1, (flops / F_T) ** q)``: an op too small to fill every core and
   pipeline runs below peak (spec 000's h14 ramp, applied to every chip).
-- ``memory_T``: weights stream through the kernel DMA path at ``bw_kernel_T``, region
+- ``memory_T``: weights stream through the kernel DMA path at ``bw_kernel_T`` (at their
+  encoded bytes where the chip's family streams the encoding natively, else fp16), region
   inputs and outputs through the data path at ``bw_data_T``. Intermediates of a fused
   region stay on chip (they are never charged) unless larger than the on-chip buffer.
   A matmul whose activation is a few rows (a GEMV) runs with the roles swapped: the
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+from ..numerics.compression import weight_stream_bytes
 from ..targets.table import Target, get_target
 from .bridge import bridge_cost_us
 from .calibration import constants
@@ -123,7 +125,8 @@ def node_terms(node, c: ChipConstants, inside=frozenset(), resident=False) -> di
     if flops:
         util = min(1.0, (flops / c.ramp_flops) ** c.ramp_exponent)
         compute = flops / (c.peak_flops_per_us * util)
-    w = float(sum(FP16 * s.size for s in node.srcs if s.op == "weight"))
+    family = get_target(c.arch).family  # encodings it does not stream cost fp16 bytes
+    w = float(sum(weight_stream_bytes(s, family) for s in node.srcs if s.op == "weight"))
     acts_in = sum(FP16 * s.size for s in node.srcs if s.op != "weight" and id(s) not in inside)
     data = acts_in + (0.0 if resident else FP16 * node.size)
     if w > c.kernel_buffer_bytes:  # the input is streamed once per weight slice

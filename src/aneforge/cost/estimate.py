@@ -164,11 +164,13 @@ def estimate(out, int8: bool = False, target=None) -> float:
     if target is not None:
         from .analytic import analytic_estimate
 
-        if int8:
-            raise NotImplementedError(
-                "estimate(int8=True, target=...): per-chip int8 pricing arrives with issue 6"
-            )
-        return analytic_estimate(_program(out), _resolve(target))["total_us"]
+        prog = _program(out)
+        if int8:  # price the whole-graph int8 variant on that chip
+            from ..compiler.compile import build_program
+            from ..numerics.compression import quantize_graph_int8
+
+            prog = build_program(quantize_graph_int8(list(prog.outputs)))
+        return analytic_estimate(prog, _resolve(target))["total_us"]
     return estimate_breakdown(out, int8).total_us
 
 

@@ -1,7 +1,9 @@
 """Per-node roofline terms: bytes from shapes, FLOPs from the op record.
 
 ``bytes`` is generic for every op: (input elements + output elements) * 2 (fp16), where
-weights are inputs too and stream at 1 byte per element under int8. ``flops`` is the op
+weights are inputs too and stream at their encoded size (exact per encoding: int8 1 byte
+per element + 2 per channel, int4 ceil(n/2) + 32, sparse ceil(n/8) + 2 per nonzero;
+``numerics.compression.stream_bytes``). ``flops`` is the op
 record's closed form (only contractions have one; everything else is bytes-bound).
 
 Example:

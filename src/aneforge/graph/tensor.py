@@ -83,42 +83,66 @@ class Tensor:
 
     # ---- operators (the rest of the methods are attached by ops/__init__) -----------
     def __add__(self, other):
+        if _defers(other):
+            return NotImplemented
         return make("add", self, other)
 
     def __radd__(self, other):
+        if _defers(other):
+            return NotImplemented
         return make("add", other, self)
 
     def __sub__(self, other):
+        if _defers(other):
+            return NotImplemented
         return make("sub", self, other)
 
     def __rsub__(self, other):
+        if _defers(other):
+            return NotImplemented
         return make("sub", other, self)
 
     def __mul__(self, other):
+        if _defers(other):
+            return NotImplemented
         return make("mul", self, other)
 
     def __rmul__(self, other):
+        if _defers(other):
+            return NotImplemented
         return make("mul", other, self)
 
     def __truediv__(self, other):
+        if _defers(other):
+            return NotImplemented
         return make("div", self, other)
 
     def __rtruediv__(self, other):
+        if _defers(other):
+            return NotImplemented
         return make("div", other, self)
 
     def __pow__(self, other):
+        if _defers(other):
+            return NotImplemented
         return make("pow", self, other)
 
     def __rpow__(self, other):
+        if _defers(other):
+            return NotImplemented
         return make("pow", other, self)
 
     def __neg__(self):
         return make("neg", self)
 
     def __matmul__(self, other):
+        if _defers(other):
+            return NotImplemented
         return _matmul(self, other)
 
     def __rmatmul__(self, other):
+        if _defers(other):
+            return NotImplemented
         return _matmul(other, self)
 
     def __lt__(self, other):
@@ -137,6 +161,12 @@ class Tensor:
         from .ops.shape import getitem
 
         return getitem(self, key)
+
+
+def _defers(other) -> bool:
+    """True for operand types that ask binary operators to defer to them, by NumPy's
+    convention ``__array_ufunc__ = None`` (e.g. ``aneforge.numerics.paired.Paired``)."""
+    return getattr(type(other), "__array_ufunc__", 0) is None
 
 
 def _matmul(a, b) -> Tensor:

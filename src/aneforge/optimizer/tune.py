@@ -1,13 +1,15 @@
 """``tune``: measured autotuning over the graph's variants (opt=2 / 'max').
 
-1. Build the distinct variants (lossless ones always; the lossy int8 ones only when
-   ``atol`` could admit them, i.e. above the fp16-noise default).
+1. Build the distinct variants (lossless ones always; the lossy int8 ones and the
+   weight-compression ones, ``int4`` / ``auto``, only when ``atol`` could admit them,
+   i.e. above the fp16-noise default).
 2. Order them by the cost model and prune those predicted worse than ``prune_factor`` x
    the best prediction; keep at most ``budget``.
 3. Run the ``opt=0`` baseline and every kept variant on the device; a variant is valid
    when ``max|out - baseline| / max|baseline| <= atol`` on every output.
 4. Choose the fastest valid lossless variant; a lossy one wins only when it is valid and
-   at least ``min_lossy_speedup`` x faster than that.
+   at least ``min_lossy_speedup`` x faster than that (among equally fast lossy ones, the
+   most accurate).
 5. Cache the choice under a structural hash of (graph, input shapes, device, options):
    a cache hit rebuilds the variant by name with no measurement.
 
@@ -127,12 +129,14 @@ def tune(
             )
     if variant is not None:
         prog = compile_graph(list(variant.outputs), opt=0)
+        if variant.report is not None:
+            prog.passes["compression"] = variant.report
         prog.opt = 2
         prog.tune_report = dict(hit, cached=True)
         return prog
 
     lossy_allowed = atol > DEFAULT_ATOL
-    variants = build_variants(outs, lossy=lossy_allowed)
+    variants = build_variants(outs, lossy=lossy_allowed, compress=lossy_allowed)
     predicted = {name: estimate(list(v.outputs)) for name, v in variants.items()}
     best_pred = min(predicted.values())
     ranked = sorted(variants, key=lambda n: (predicted[n], n))
@@ -159,7 +163,8 @@ def tune(
         for n in valid
         if not variants[n].lossless and times[lossless_best] >= min_lossy_speedup * times[n]
     ]
-    choice = min(lossy_ok, key=lambda n: (times[n], n)) if lossy_ok else lossless_best
+    # Equal times (int4 and int8 both compute-bound) go to the more accurate variant.
+    choice = min(lossy_ok, key=lambda n: (times[n], errors[n], n)) if lossy_ok else lossless_best
     report = {
         "variant": choice,
         "lossless": variants[choice].lossless,
@@ -173,6 +178,8 @@ def tune(
     if store:
         store.put(key, report)
     prog = programs[choice]
+    if variants[choice].report is not None:
+        prog.passes["compression"] = variants[choice].report
     prog.opt = 2
     prog.tune_report = dict(report, cached=False)
     return prog

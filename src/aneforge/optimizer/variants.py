@@ -9,7 +9,11 @@ rewrites); the int8 variants are lossy and only enter where accuracy gates admit
   cost model);
 - ``decomposed``: every route-bearing bridge op replaced by its fused decomposition;
 - ``canonical``: the route pass plus the canonical rewrites;
-- ``int8`` / ``routes+int8``: the whole-graph per-channel int8 weights on top.
+- ``int8`` / ``routes+int8``: the whole-graph per-channel int8 weights on top;
+- ``int4`` / ``auto`` (compression, tuner only): ``compile(compress='int4' | 'auto')``
+  at the default ``compress_atol`` (0.05): int4 tables where each weight's gate admits
+  them, falling back to int8 / fp16 (``auto`` adds sparse). Lossless when the pass chose
+  nothing lossy (fp16 and sparse only); their report is ``Variant.report``.
 
 Example:
     >>> import numpy as np, aneforge as af
@@ -28,6 +32,7 @@ from ..graph.tensor import Tensor
 
 LOSSLESS = ("native", "routes", "decomposed", "canonical")
 LOSSY = ("int8", "routes+int8")
+COMPRESSED = ("int4", "auto")  # weight compression, accuracy-gated per weight
 
 
 @dataclass(frozen=True)
@@ -37,20 +42,21 @@ class Variant:
     name: str
     outputs: tuple[Tensor, ...]
     lossless: bool
+    report: dict | None = None  # the compression report of an int4 / auto variant
 
 
 def build_variant(outputs, name: str) -> Variant:
     """Build variant ``name`` of the graph of ``outputs``."""
     from ..cost.estimate import estimate
-    from ..numerics.compression import quantize_graph_int8
+    from ..numerics.compression import compress_graph, quantize_graph_int8
     from .rewrite import rewrite
     from .routes import decompose, select_routes
     from .rules import CANONICAL
 
     outs = list(outputs)
     base, _, suffix = name.partition("+")
-    if name == "int8":
-        base, suffix = "native", "int8"
+    if name in ("int8", *COMPRESSED):
+        base, suffix = "native", name
     if base == "routes" or base == "canonical":
         outs, _ = select_routes(outs, estimate)
         if base == "canonical":
@@ -61,14 +67,20 @@ def build_variant(outputs, name: str) -> Variant:
         raise ValueError(f"unknown variant '{name}'")
     if suffix == "int8":
         outs = quantize_graph_int8(outs)
+    elif suffix in COMPRESSED:
+        outs, report = compress_graph(outs, suffix)
+        return Variant(name, tuple(outs), report["lossy"] == 0, report)
     elif suffix:
         raise ValueError(f"unknown variant '{name}'")
     return Variant(name, tuple(outs), suffix != "int8")
 
 
-def build_variants(outputs, lossy: bool) -> dict[str, Variant]:
-    """All distinct variants (duplicates by structural hash dropped, first name kept)."""
-    names = LOSSLESS + (LOSSY if lossy else ())
+def build_variants(outputs, lossy: bool, compress: bool = False) -> dict[str, Variant]:
+    """All distinct variants (duplicates by structural hash dropped, first name kept).
+
+    ``compress`` adds the compression variants (:data:`COMPRESSED`) after the lossy ones.
+    """
+    names = LOSSLESS + (LOSSY if lossy else ()) + (COMPRESSED if compress else ())
     seen: dict[str, str] = {}
     out: dict[str, Variant] = {}
     for name in names:

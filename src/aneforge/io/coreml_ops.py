@@ -1,0 +1,936 @@
+"""The Core ML lowering table: how every aneforge op becomes Core ML MIL ops.
+
+:data:`LOWERINGS` holds one :class:`Lowering` per fused and bridge op of the registry,
+keyed by op name, with one of three statuses:
+
+- ``"lowered"``: a function emits MIL ops for the node (``mil`` names them). A lowering
+  may need a newer opset (``min_ios``) or hold only for some attributes (``native_if``);
+  where it does not hold and the op has a fused route in
+  :data:`~aneforge.optimizer.routes.BRIDGE_DECOMPOSERS`, the node is decomposed instead.
+- ``"decomposed"``: the node is always replaced by its fused route first, whose ops are
+  then lowered (Core ML has no single op for it).
+- ``"not expressible"``: no Core ML program computes it here; ``note`` says why. Exporting
+  a graph that holds such a node raises one error listing every one of them.
+
+The lowering functions take ``(cx, node, name)``: ``cx`` is a :class:`LoweringContext`
+(the MIL builder, the opset and the MIL values of the node's sources), ``node`` the
+aneforge node, ``name`` the name its final MIL op must carry. Every emitted value is
+fp16; constants are fp16 (the engine's dataplane), shapes and axes int32. This module
+does not import coremltools: the builder arrives through the context, so the table and
+its documentation load without it.
+
+Run ``python -m aneforge.io.coreml_ops docs/export.md`` to refresh the generated table
+in the documentation (a test checks that it is current).
+
+Example:
+    >>> from aneforge.io.coreml_ops import LOWERINGS
+    >>> LOWERINGS["relu"].status, LOWERINGS["relu"].mil
+    ('lowered', 'relu')
+    >>> LOWERINGS["minmax_norm"].status
+    'decomposed'
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..graph.ops.common import norm_axes, norm_axis, pads, spatial_tuple
+from ..graph.registry import all_ops
+from ..graph.tensor import Tensor
+
+LOWERED, DECOMPOSED, NOT_EXPRESSIBLE = "lowered", "decomposed", "not expressible"
+STATUSES = (LOWERED, DECOMPOSED, NOT_EXPRESSIBLE)
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """How one aneforge op reaches Core ML.
+
+    Attributes:
+        op: the aneforge op name.
+        status: one of :data:`STATUSES`.
+        mil: the MIL op types it emits, in words (documentation; the exporter records
+            what it really emitted per node).
+        fn: the lowering function ``(cx, node, name) -> Var`` (``"lowered"`` only).
+        min_ios: the oldest iOS opset the lowering needs (15 = iOS 15 / macOS 12).
+        native_if: ``(node, ios) -> reason or None``; a reason means this node cannot
+            use ``fn`` (it is decomposed when a route exists, else reported).
+        note: the condition, the numerics caveat, or why it is not expressible.
+    """
+
+    op: str
+    status: str
+    mil: str
+    fn: Callable | None = None
+    min_ios: int = 15
+    native_if: Callable[[Tensor, int], str | None] | None = None
+    note: str = ""
+
+
+LOWERINGS: dict[str, Lowering] = {}
+
+
+def _add(op, mil, fn=None, status=LOWERED, min_ios=15, native_if=None, note=""):
+    if op in LOWERINGS:
+        raise RuntimeError(f"Core ML lowering of '{op}' is registered twice")
+    LOWERINGS[op] = Lowering(op, status, mil, fn, min_ios, native_if, note)
+
+
+def lowers(op, mil, min_ios=15, native_if=None, note=""):
+    """Decorator: register ``fn`` as the lowering of ``op``."""
+
+    def wrap(fn):
+        _add(op, mil, fn, LOWERED, min_ios, native_if, note)
+        return fn
+
+    return wrap
+
+
+class LoweringContext:
+    """What a lowering function builds with.
+
+    Attributes:
+        mb: coremltools' MIL ``Builder``.
+        ios: the opset's iOS version (15, 16, 17, 18, ...).
+    """
+
+    def __init__(self, mb, ios: int, var_of: Callable[[Tensor], object]):
+        self.mb = mb
+        self.ios = ios
+        self._var_of = var_of
+        self.memo: dict = {}
+
+    def arg(self, node: Tensor, i: int):
+        """The MIL value of source ``i`` of ``node``."""
+        return self._var_of(node.srcs[i])
+
+    def const(self, value, name: str):
+        """An fp16 constant."""
+        return self.mb.const(val=np.asarray(value, dtype=np.float16), name=name)
+
+    def fp16_value(self, src: Tensor) -> np.ndarray | None:
+        """The values of a plain fp16 weight (None for tensors and encoded weights)."""
+        if src.op == "weight" and src.attrs.get("encoding", "fp16") == "fp16":
+            return np.asarray(src.value, dtype=np.float16)
+        return None
+
+    def is_const(self, node: Tensor, i: int) -> bool:
+        """Whether source ``i`` is a weight (a const or constexpr MIL value)."""
+        return node.srcs[i].op == "weight"
+
+    def param(self, node: Tensor, i: int, shape, name: str):
+        """Source ``i`` viewed as ``shape``: a reshaped const for an fp16 weight (same
+        bytes, so the weight stays one constant), else a MIL reshape."""
+        value = self.fp16_value(node.srcs[i])
+        if value is not None:
+            return self.const(value.reshape(shape), name)
+        return self.mb.reshape(x=self.arg(node, i), shape=list(shape), name=name)
+
+    def unary(self, mil: str, x, name: str, **kw):
+        """One MIL op of one tensor input."""
+        return getattr(self.mb, mil)(x=x, name=name, **kw)
+
+
+def _zero_eps():
+    return np.float16(0.0)
+
+
+# ---- elementwise ---------------------------------------------------------------------
+
+_SAME_UNARY = (
+    "relu", "sigmoid", "tanh", "exp", "sqrt", "abs", "square", "sin", "cos", "erf",
+    "softplus", "relu6", "silu", "sign", "floor", "ceil", "round",
+)  # fmt: skip
+
+
+def _same_unary(mil):
+    def fn(cx, node, name):
+        return cx.unary(mil, cx.arg(node, 0), name)
+
+    return fn
+
+
+for _op in _SAME_UNARY:
+    _add(_op, _op, _same_unary(_op))
+
+
+@lowers("neg", "mul (by -1, exact)")
+def _neg(cx, node, name):
+    return cx.mb.mul(x=cx.arg(node, 0), y=cx.const(-1.0, f"{name}_m1"), name=name)
+
+
+def _eps0_unary(mil):
+    def fn(cx, node, name):
+        return cx.unary(mil, cx.arg(node, 0), name, epsilon=_zero_eps())
+
+    return fn
+
+
+for _op, _note in (
+    ("log", "epsilon=0, so log(0) = -inf as in aneforge"),
+    ("rsqrt", "epsilon=0 (Core ML's default adds 1e-12)"),
+    ("inverse", "epsilon=0 (Core ML's default adds 1e-4)"),
+):
+    _add(_op, _op, _eps0_unary(_op), note=_note)
+
+
+@lowers("gelu", "gelu (mode EXACT or TANH_APPROXIMATION)")
+def _gelu(cx, node, name):
+    mode = "TANH_APPROXIMATION" if node.attrs["approximate"] == "tanh" else "EXACT"
+    return cx.mb.gelu(x=cx.arg(node, 0), mode=mode, name=name)
+
+
+def _alpha_unary(mil):
+    def fn(cx, node, name):
+        return cx.unary(mil, cx.arg(node, 0), name, alpha=np.float16(node.attrs["alpha"]))
+
+    return fn
+
+
+_add("elu", "elu", _alpha_unary("elu"))
+_add("leaky_relu", "leaky_relu", _alpha_unary("leaky_relu"))
+
+
+@lowers("clip", "clip, or maximum / minimum for a one-sided clip")
+def _clip(cx, node, name):
+    x, lo, hi = cx.arg(node, 0), node.attrs["lo"], node.attrs["hi"]
+    if lo is not None and hi is not None:
+        return cx.mb.clip(x=x, alpha=np.float16(lo), beta=np.float16(hi), name=name)
+    if lo is not None:
+        return cx.mb.maximum(x=x, y=cx.const(lo, f"{name}_lo"), name=name)
+    if hi is not None:
+        return cx.mb.minimum(x=x, y=cx.const(hi, f"{name}_hi"), name=name)
+    return cx.mb.identity(x=x, name=name)
+
+
+_BINARY = {
+    "add": "add", "sub": "sub", "mul": "mul", "div": "real_div",
+    "maximum": "maximum", "minimum": "minimum", "pow": "pow",
+}  # fmt: skip
+
+
+def _binary(mil):
+    def fn(cx, node, name):
+        return getattr(cx.mb, mil)(x=cx.arg(node, 0), y=cx.arg(node, 1), name=name)
+
+    return fn
+
+
+for _op, _mil in _BINARY.items():
+    _add(_op, _mil, _binary(_mil))
+
+
+def _compare(mil):
+    def fn(cx, node, name):
+        flag = getattr(cx.mb, mil)(x=cx.arg(node, 0), y=cx.arg(node, 1), name=f"{name}_b")
+        return cx.mb.cast(x=flag, dtype="fp16", name=name)
+
+    return fn
+
+
+for _op in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"):
+    _add(_op, f"{_op} + cast (bool to 1.0 / 0.0)", _compare(_op))
+
+
+@lowers("select", "not_equal (cond != 0) + select")
+def _select(cx, node, name):
+    cond = cx.mb.not_equal(x=cx.arg(node, 0), y=cx.const(0.0, f"{name}_zero"), name=f"{name}_c")
+    return cx.mb.select(cond=cond, a=cx.arg(node, 1), b=cx.arg(node, 2), name=name)
+
+
+# ---- contractions --------------------------------------------------------------------
+
+
+def _matmul_of(cx, node, name, a, b):
+    """NumPy matmul of the node's sources ``a`` @ ``b`` (Core ML refuses a 1-D right side)."""
+    if node.srcs[1].ndim > 1:
+        return cx.mb.matmul(x=a, y=b, name=name)
+    col = cx.param(node, 1, node.srcs[1].shape + (1,), f"{name}_col")
+    out = cx.mb.matmul(x=a, y=col, name=f"{name}_mm")
+    return cx.mb.squeeze(x=out, axes=[-1], name=name)
+
+
+@lowers("matmul", "matmul (weight as a const)", note="a 1-D right operand becomes a column")
+def _matmul(cx, node, name):
+    return _matmul_of(cx, node, name, cx.arg(node, 0), cx.arg(node, 1))
+
+
+_add("bmm", "matmul", _matmul, note="a 1-D right operand becomes a column")
+
+
+@lowers("linear", "linear (const weight and bias), else matmul + add")
+def _linear(cx, node, name):
+    x, w = node.srcs[:2]
+    has_bias = len(node.srcs) == 3
+    if not (cx.is_const(node, 1) and (not has_bias or cx.is_const(node, 2))):
+        y = cx.mb.matmul(x=cx.arg(node, 0), y=cx.arg(node, 1), transpose_y=True,
+                         name=f"{name}_mm" if has_bias else name)  # fmt: skip
+        return cx.mb.add(x=y, y=cx.arg(node, 2), name=name) if has_bias else y
+    bias = {"bias": cx.arg(node, 2)} if has_bias else {}
+    if x.ndim <= 3:  # Core ML's linear takes rank 1 to 3
+        return cx.mb.linear(x=cx.arg(node, 0), weight=cx.arg(node, 1), name=name, **bias)
+    flat = cx.mb.reshape(x=cx.arg(node, 0), shape=[-1, x.shape[-1]], name=f"{name}_in")
+    y = cx.mb.linear(x=flat, weight=cx.arg(node, 1), name=f"{name}_lin", **bias)
+    return cx.mb.reshape(x=y, shape=list(node.shape), name=name)
+
+
+def _conv_geometry(node, transpose=False):
+    nd = node.srcs[0].ndim - 2
+    a = node.attrs
+    stride = spatial_tuple(node.op, a["stride"], nd, "stride")
+    dil = spatial_tuple(node.op, a["dilation"], nd, "dilation")
+    return nd, list(stride), [list(p) for p in pads(node.op, a["pad"], nd)], list(dil)
+
+
+def _bias_after(cx, node, y, name):
+    """Add a non-const bias of shape (C,) along axis 1."""
+    nd = len(node.shape) - 2
+    b = cx.param(node, 2, (-1,) + (1,) * nd, f"{name}_bias")
+    return cx.mb.add(x=y, y=b, name=name)
+
+
+@lowers("conv", "conv (custom pad; a runtime bias is a separate add)")
+def _conv(cx, node, name):
+    nd, stride, pad, dil = _conv_geometry(node)
+    const_bias = len(node.srcs) == 3 and cx.is_const(node, 2)
+    late_bias = len(node.srcs) == 3 and not const_bias
+    kw = {"bias": cx.arg(node, 2)} if const_bias else {}
+    y = cx.mb.conv(
+        x=cx.arg(node, 0), weight=cx.arg(node, 1), strides=stride, pad_type="custom",
+        pad=[p for pp in pad for p in pp], dilations=dil, groups=node.attrs["groups"],
+        name=f"{name}_conv" if late_bias else name, **kw,
+    )  # fmt: skip
+    return _bias_after(cx, node, y, name) if late_bias else y
+
+
+@lowers(
+    "conv_transpose",
+    "conv_transpose (+ pad and add when output_padding passes the end pad)",
+    note="output_padding is taken from the end crop; beyond it, zero rows and the bias",
+)
+def _conv_transpose(cx, node, name):
+    nd, stride, pad, dil = _conv_geometry(node)
+    opad = spatial_tuple(node.op, node.attrs["output_padding"], nd, "output_padding")
+    extra = [max(o - p[1], 0) for o, p in zip(opad, pad)]
+    crop = [[p[0], max(p[1] - o, 0)] for o, p in zip(opad, pad)]
+    has_bias = len(node.srcs) == 3
+    direct_bias = has_bias and cx.is_const(node, 2) and not any(extra)
+    kw = {"bias": cx.arg(node, 2)} if direct_bias else {}
+    last = not (has_bias and not direct_bias) and not any(extra)
+    y = cx.mb.conv_transpose(
+        x=cx.arg(node, 0), weight=cx.arg(node, 1), strides=stride, pad_type="custom",
+        pad=[p for pp in crop for p in pp], dilations=dil, groups=node.attrs["groups"],
+        name=name if last else f"{name}_convt", **kw,
+    )  # fmt: skip
+    if any(extra):
+        widths = [0, 0, 0, 0] + [w for e in extra for w in (0, e)]
+        y = cx.mb.pad(x=y, pad=widths, mode="constant", constant_val=np.float16(0.0),
+                      name=name if not has_bias or direct_bias else f"{name}_pad")  # fmt: skip
+    if has_bias and not direct_bias:
+        y = _bias_after(cx, node, y, name)
+    return y
+
+
+# ---- reductions, softmax, cumsum -----------------------------------------------------
+
+
+def _reduction(mil):
+    def fn(cx, node, name):
+        x = node.srcs[0]
+        axes = list(norm_axes(node.op, node.attrs["axes"], x.ndim))
+        return getattr(cx.mb, mil)(
+            x=cx.arg(node, 0), axes=axes, keep_dims=node.attrs["keepdims"], name=name
+        )
+
+    return fn
+
+
+for _op, _mil, _note in (
+    ("sum", "reduce_sum", "Core ML's accumulator width is its own (aneforge: narrow fp16)"),
+    ("mean", "reduce_mean", "Core ML's accumulator width is its own (aneforge: narrow fp16)"),
+    ("amax", "reduce_max", ""),
+    ("amin", "reduce_min", ""),
+):
+    _add(_op, _mil, _reduction(_mil), note=_note)
+
+
+@lowers("softmax", "softmax")
+def _softmax(cx, node, name):
+    return cx.mb.softmax(x=cx.arg(node, 0), axis=node.attrs["axis"], name=name)
+
+
+@lowers("cumsum", "matmul by a const upper-triangular ones matrix",
+        note="the engine's own lowering (x @ triu_ones), the wide accumulator")  # fmt: skip
+def _cumsum(cx, node, name):
+    k = node.shape[-1]
+    triu = cx.const(np.triu(np.ones((k, k))), f"{name}_triu")
+    return cx.mb.matmul(x=cx.arg(node, 0), y=triu, name=name)
+
+
+# ---- normalizations ------------------------------------------------------------------
+
+
+def _affine_params(node):
+    """(index of weight or None, index of bias or None) of a norm node."""
+    i, out = 1, [None, None]
+    if node.op == "batch_norm":
+        i = 3
+    if node.attrs.get("has_weight"):
+        out[0], i = i, i + 1
+    if node.attrs.get("has_bias"):
+        out[1] = i
+    return out
+
+
+def _scale_shift(cx, node, y, name, shape, skip=()):
+    """Multiply by the weight, then add the bias (those not in ``skip``), as aneforge does."""
+    wi, bi = _affine_params(node)
+    steps = [(i, k) for i, k in ((wi, "mul"), (bi, "add")) if i is not None and i not in skip]
+    for n, (i, kind) in enumerate(steps):
+        p = cx.param(node, i, shape, f"{name}_{kind}p")
+        last = n == len(steps) - 1
+        y = getattr(cx.mb, kind)(x=y, y=p, name=name if last else f"{name}_{kind}")
+    return y
+
+
+def _standardize(cx, x, axes, eps, name):
+    """(x - mean) * rsqrt(mean((x - mean)^2) + eps), as aneforge's steps."""
+    mb = cx.mb
+    mu = mb.reduce_mean(x=x, axes=axes, keep_dims=True, name=f"{name}_mu")
+    d = mb.sub(x=x, y=mu, name=f"{name}_d")
+    var = mb.reduce_mean(x=mb.mul(x=d, y=d, name=f"{name}_d2"), axes=axes, keep_dims=True,
+                         name=f"{name}_var")  # fmt: skip
+    t = mb.add(x=var, y=cx.const(eps, f"{name}_eps"), name=f"{name}_ve")
+    r = mb.rsqrt(x=t, epsilon=_zero_eps(), name=f"{name}_r")
+    return d, r
+
+
+@lowers("layer_norm", "layer_norm (gamma, beta when they are weights)")
+def _layer_norm(cx, node, name):
+    x = node.srcs[0]
+    axis = norm_axis(node.op, node.attrs["axis"], x.ndim)
+    wi, bi = _affine_params(node)
+    kw, folded = {}, []
+    for key, i in (("gamma", wi), ("beta", bi)):
+        if i is not None and cx.is_const(node, i):
+            kw[key] = cx.arg(node, i)
+            folded.append(i)
+    rest = [i for i in (wi, bi) if i is not None and i not in folded]
+    y = cx.mb.layer_norm(x=cx.arg(node, 0), axes=list(range(axis, x.ndim)),
+                         epsilon=np.float16(node.attrs["eps"]),
+                         name=f"{name}_ln" if rest else name, **kw)  # fmt: skip
+    return _scale_shift(cx, node, y, name, x.shape[axis:], skip=folded) if rest else y
+
+
+@lowers("rms_norm", "mul + reduce_mean + add + rsqrt + mul (+ mul weight)",
+        note="no Core ML rms_norm op: aneforge's steps written out")  # fmt: skip
+def _rms_norm(cx, node, name):
+    x, mb = node.srcs[0], cx.mb
+    axis = norm_axis(node.op, node.attrs["axis"], x.ndim)
+    xv = cx.arg(node, 0)
+    ms = mb.reduce_mean(x=mb.mul(x=xv, y=xv, name=f"{name}_sq"), axes=list(range(axis, x.ndim)),
+                        keep_dims=True, name=f"{name}_ms")  # fmt: skip
+    t = mb.add(x=ms, y=cx.const(node.attrs["eps"], f"{name}_eps"), name=f"{name}_me")
+    r = mb.rsqrt(x=t, epsilon=_zero_eps(), name=f"{name}_r")
+    has_w = node.attrs["has_weight"]
+    y = mb.mul(x=xv, y=r, name=f"{name}_y" if has_w else name)
+    return _scale_shift(cx, node, y, name, x.shape[axis:]) if has_w else y
+
+
+@lowers("group_norm", "reshape + layer-norm steps over each group + reshape (+ mul, add)",
+        note="no Core ML group_norm op: aneforge's steps over [N, groups, -1]")  # fmt: skip
+def _group_norm(cx, node, name):
+    x, mb = node.srcs[0], cx.mb
+    grouped = mb.reshape(x=cx.arg(node, 0), shape=[x.shape[0], node.attrs["groups"], -1],
+                         name=f"{name}_g")  # fmt: skip
+    d, r = _standardize(cx, grouped, [2], node.attrs["eps"], name)
+    y = mb.mul(x=d, y=r, name=f"{name}_n")
+    affine = node.attrs["has_weight"] or node.attrs["has_bias"]
+    y = mb.reshape(x=y, shape=list(x.shape), name=f"{name}_y" if affine else name)
+    shape = (x.shape[1],) + (1,) * (x.ndim - 2)
+    return _scale_shift(cx, node, y, name, shape) if affine else y
+
+
+@lowers("batch_norm", "batch_norm (weights, rank 3-5), else sub + add + rsqrt + mul steps")
+def _batch_norm(cx, node, name):
+    x, mb = node.srcs[0], cx.mb
+    params = range(1, len(node.srcs))
+    eps = np.float16(node.attrs["eps"])
+    if all(cx.fp16_value(node.srcs[i]) is not None for i in params) and x.ndim <= 5:
+        wi, bi = _affine_params(node)
+        kw = {k: cx.arg(node, i) for k, i in (("gamma", wi), ("beta", bi)) if i is not None}
+        xv = cx.arg(node, 0)
+        if x.ndim == 2:
+            xv = mb.expand_dims(x=xv, axes=[-1], name=f"{name}_x3")
+        y = mb.batch_norm(x=xv, mean=cx.arg(node, 1), variance=cx.arg(node, 2), epsilon=eps,
+                          name=name if x.ndim > 2 else f"{name}_bn", **kw)  # fmt: skip
+        return y if x.ndim > 2 else mb.squeeze(x=y, axes=[-1], name=name)
+    shape = (x.shape[1],) + (1,) * (x.ndim - 2)
+    d = mb.sub(x=cx.arg(node, 0), y=cx.param(node, 1, shape, f"{name}_mean"), name=f"{name}_d")
+    t = mb.add(x=cx.param(node, 2, shape, f"{name}_var"), y=cx.const(eps, f"{name}_eps"),
+               name=f"{name}_ve")  # fmt: skip
+    r = mb.rsqrt(x=t, epsilon=_zero_eps(), name=f"{name}_r")
+    affine = node.attrs["has_weight"] or node.attrs["has_bias"]
+    y = mb.mul(x=d, y=r, name=f"{name}_y" if affine else name)
+    return _scale_shift(cx, node, y, name, shape) if affine else y
+
+
+@lowers("l2_norm", "mul + reduce_sum + maximum + rsqrt + mul",
+        note="aneforge's formula x * rsqrt(max(sum(x^2), eps)) along one axis")  # fmt: skip
+def _l2_norm(cx, node, name):
+    x, mb = node.srcs[0], cx.mb
+    axis = norm_axis(node.op, node.attrs["axis"], x.ndim)
+    xv = cx.arg(node, 0)
+    ss = mb.reduce_sum(x=mb.mul(x=xv, y=xv, name=f"{name}_sq"), axes=[axis], keep_dims=True,
+                       name=f"{name}_ss")  # fmt: skip
+    m = mb.maximum(x=ss, y=cx.const(node.attrs["eps"], f"{name}_eps"), name=f"{name}_m")
+    r = mb.rsqrt(x=m, epsilon=_zero_eps(), name=f"{name}_r")
+    return mb.mul(x=xv, y=r, name=name)
+
+
+# ---- pooling and resampling ----------------------------------------------------------
+
+
+def _pool(mil):
+    def fn(cx, node, name):
+        nd = node.srcs[0].ndim - 2
+        a = node.attrs
+        kern = spatial_tuple(node.op, a["kernel"], nd, "kernel")
+        stride = spatial_tuple(node.op, a["stride"] or kern, nd, "stride")
+        pad = [p for pp in pads(node.op, a["pad"], nd) for p in pp]
+        kw = {}
+        if mil == "avg_pool":
+            kw["exclude_padding_from_average"] = not a["count_include_pad"]
+        return getattr(cx.mb, mil)(
+            x=cx.arg(node, 0), kernel_sizes=list(kern), strides=list(stride),
+            pad_type="custom", pad=pad, ceil_mode=False, name=name, **kw,
+        )  # fmt: skip
+
+    return fn
+
+
+_add("max_pool", "max_pool (custom pad)", _pool("max_pool"))
+_add("avg_pool", "avg_pool (custom pad, exclude_padding_from_average)", _pool("avg_pool"))
+
+
+@lowers(
+    "upsample",
+    "upsample_nearest_neighbor or resize_bilinear (+ expand_dims / squeeze for NCW)",
+    note="bilinear: UNALIGN_CORNERS (half-pixel) or STRICT_ALIGN_CORNERS",
+)
+def _upsample(cx, node, name):
+    x, mb = node.srcs[0], cx.mb
+    scale = spatial_tuple(node.op, node.attrs["scale"], x.ndim - 2, "scale")
+    xv = cx.arg(node, 0)
+    one_d = x.ndim == 3
+    if one_d:
+        xv, scale = mb.expand_dims(x=xv, axes=[2], name=f"{name}_x4"), (1,) + tuple(scale)
+    inner = f"{name}_4d" if one_d else name
+    if node.attrs["mode"] == "nearest":
+        y = mb.upsample_nearest_neighbor(x=xv, scale_factor_height=scale[0],
+                                         scale_factor_width=scale[1], name=inner)  # fmt: skip
+    else:
+        h, w = (1, x.shape[2]) if one_d else x.shape[2:]
+        mode = "STRICT_ALIGN_CORNERS" if node.attrs["align_corners"] else "UNALIGN_CORNERS"
+        y = mb.resize_bilinear(x=xv, target_size_height=h * scale[0], sampling_mode=mode,
+                               target_size_width=w * scale[1], name=inner)  # fmt: skip
+    return mb.squeeze(x=y, axes=[2], name=name) if one_d else y
+
+
+# ---- shape ops -----------------------------------------------------------------------
+
+
+@lowers("reshape", "reshape (to the static output shape)")
+def _reshape(cx, node, name):
+    return cx.mb.reshape(x=cx.arg(node, 0), shape=list(node.shape), name=name)
+
+
+@lowers("transpose", "transpose")
+def _transpose(cx, node, name):
+    perm = node.attrs["perm"]
+    perm = list(range(node.srcs[0].ndim))[::-1] if perm is None else list(perm)
+    return cx.mb.transpose(x=cx.arg(node, 0), perm=perm, name=name)
+
+
+@lowers("concat", "concat")
+def _concat(cx, node, name):
+    axis = norm_axis(node.op, node.attrs["axis"], node.srcs[0].ndim)
+    values = [cx.arg(node, i) for i in range(len(node.srcs))]
+    return cx.mb.concat(values=values, axis=axis, name=name)
+
+
+def _slice_index(cx, x, bounds, name):
+    begin = [b[0] for b in bounds]
+    return cx.mb.slice_by_index(x=x, begin=begin, end=[b[1] for b in bounds],
+                                stride=[b[2] for b in bounds], name=name)  # fmt: skip
+
+
+@lowers("slice", "slice_by_index")
+def _slice(cx, node, name):
+    x, a = node.srcs[0], node.attrs
+    steps = a["steps"] or (1,) * x.ndim
+    ranges = zip(x.shape, a["begins"], a["ends"], steps)
+    bounds = [slice(b, e, s).indices(d) for d, b, e, s in ranges]
+    return _slice_index(cx, cx.arg(node, 0), bounds, name)
+
+
+@lowers("squeeze", "squeeze (identity when nothing is squeezed)")
+def _squeeze(cx, node, name):
+    x = node.srcs[0]
+    axes = node.attrs["axes"]
+    axes = [i for i, d in enumerate(x.shape) if d == 1] if axes is None else axes
+    axes = list(norm_axes(node.op, axes, x.ndim))
+    if not axes:
+        return cx.mb.identity(x=cx.arg(node, 0), name=name)
+    return cx.mb.squeeze(x=cx.arg(node, 0), axes=axes, name=name)
+
+
+@lowers("expand_dims", "expand_dims")
+def _expand_dims(cx, node, name):
+    axes = list(norm_axes(node.op, node.attrs["axes"], len(node.shape)))
+    return cx.mb.expand_dims(x=cx.arg(node, 0), axes=axes, name=name)
+
+
+@lowers("pixel_shuffle", "pixel_shuffle (PyTorch order)")
+def _pixel_shuffle(cx, node, name):
+    return cx.mb.pixel_shuffle(x=cx.arg(node, 0), upscale_factor=node.attrs["factor"], name=name)
+
+
+@lowers("pixel_unshuffle", "pixel_unshuffle (PyTorch order)", min_ios=16)
+def _pixel_unshuffle(cx, node, name):
+    factor = np.uint32(node.attrs["factor"])  # Core ML types this one uint32
+    return cx.mb.pixel_unshuffle(x=cx.arg(node, 0), downscale_factor=factor, name=name)
+
+
+MAX_GATHER_RUNS = 16  # more runs of consecutive indices than this: one MIL gather
+
+
+def _runs(idx) -> list[tuple[int, int]]:
+    """Maximal runs of consecutive ascending indices as (start, stop)."""
+    runs: list[list[int]] = []
+    for i in idx:
+        if runs and i == runs[-1][1]:
+            runs[-1][1] += 1
+        else:
+            runs.append([i, i + 1])
+    return [(a, b) for a, b in runs]
+
+
+@lowers("gather", "slice_by_index per run of consecutive indices + concat, or gather",
+        note=f"static copies as on the engine; > {MAX_GATHER_RUNS} runs: one gather")  # fmt: skip
+def _gather(cx, node, name):
+    x = node.srcs[0]
+    axis = norm_axis(node.op, node.attrs["axis"], x.ndim)
+    d = x.shape[axis]
+    idx = [i + d if i < 0 else i for i in node.attrs["indices"]]
+    runs = _runs(idx)
+    if len(runs) > MAX_GATHER_RUNS:
+        return cx.mb.gather(x=cx.arg(node, 0), indices=np.asarray(idx, np.int32), axis=axis,
+                            name=name)  # fmt: skip
+    full = [(0, n, 1) for n in x.shape]
+    parts = []
+    for k, (a, b) in enumerate(runs):
+        bounds = list(full)
+        bounds[axis] = (a, b, 1)
+        label = name if len(runs) == 1 else f"{name}_run{k}"
+        parts.append(_slice_index(cx, cx.arg(node, 0), bounds, label))
+    if len(parts) == 1:
+        return parts[0]
+    return cx.mb.concat(values=parts, axis=axis, name=name)
+
+
+@lowers("cast", "identity (fp16 is the only dataplane type)")
+def _cast(cx, node, name):
+    return cx.mb.identity(x=cx.arg(node, 0), name=name)
+
+
+# ---- bridge ops ----------------------------------------------------------------------
+
+
+def _sdpa_native(node, ios):
+    if ios < 18:
+        return "scaled_dot_product_attention needs iOS 18 / macOS 15"
+    if node.attrs["scale"] is not None:
+        return "Core ML's scaled_dot_product_attention has no scale (it uses D**-0.5)"
+    return None
+
+
+@lowers("sdpa", "scaled_dot_product_attention", min_ios=18, native_if=_sdpa_native,
+        note="iOS 18+ and the default scale; else its fused route (bmm, softmax, bmm)")  # fmt: skip
+def _sdpa(cx, node, name):
+    mask = {"attn_mask": cx.arg(node, 3)} if node.attrs["has_mask"] else {}
+    return cx.mb.scaled_dot_product_attention(
+        query=cx.arg(node, 0), key=cx.arg(node, 1), value=cx.arg(node, 2), name=name, **mask
+    )
+
+
+@lowers("argmax", "reduce_argmax + cast (int32 to fp16)",
+        note="Core ML's tie and NaN order is its own (aneforge: first maximum)")  # fmt: skip
+def _argmax(cx, node, name):
+    idx = cx.mb.reduce_argmax(x=cx.arg(node, 0), axis=node.attrs["axis"],
+                              keep_dims=node.attrs["keepdims"], name=f"{name}_i")  # fmt: skip
+    return cx.mb.cast(x=idx, dtype="fp16", name=name)
+
+
+def _topk_pair(cx, node, k, axis, ascending, name):
+    """One MIL topk per (source, k, axis, order), shared by the values and indices nodes."""
+    key = ("topk", id(node.srcs[0]), k, axis, ascending)
+    if key not in cx.memo:
+        cx.memo[key] = cx.mb.topk(x=cx.arg(node, 0), k=k, axis=axis, ascending=ascending,
+                                  name=name)  # fmt: skip
+    return cx.memo[key]
+
+
+@lowers("topk", "topk (+ cast of the indices to fp16); values and indices share one topk",
+        note="Core ML's tie order is its own (aneforge: lower index first)")  # fmt: skip
+def _topk(cx, node, name):
+    a = node.attrs
+    values, indices = _topk_pair(cx, node, a["k"], a["axis"], not a["largest"], f"{name}_tk")
+    if a["output"] == "values":
+        return cx.mb.identity(x=values, name=name)
+    return cx.mb.cast(x=indices, dtype="fp16", name=name)
+
+
+@lowers("sort", "topk over the whole axis (values)",
+        note="Core ML's order of equal values and NaN is its own (aneforge: stable)")  # fmt: skip
+def _sort(cx, node, name):
+    x = node.srcs[0]
+    axis = norm_axis(node.op, node.attrs["axis"], x.ndim)
+    asc = not node.attrs["descending"]
+    values, _ = _topk_pair(cx, node, x.shape[axis], axis, asc, f"{name}_tk")
+    return cx.mb.identity(x=values, name=name)
+
+
+_add("minmax_norm", "its fused route: reduce_min, reduce_max, sub, add, real_div",
+     status=DECOMPOSED, note="Core ML has no min-max normalization op")  # fmt: skip
+_add("flatten", "its fused route: reshape", status=DECOMPOSED,
+     note="a reshape to the static output shape")  # fmt: skip
+
+
+def _lrn_native(node, ios):
+    if node.attrs["size"] % 2 == 0:
+        return "Core ML's local_response_norm window is defined for odd sizes only"
+    if node.srcs[0].ndim > 4:
+        return "Core ML's local_response_norm takes rank 3 or 4"
+    return None
+
+
+@lowers("lrn", "local_response_norm", native_if=_lrn_native,
+        note="odd size, rank 3-4; else its fused route (square, conv by ones, div)")  # fmt: skip
+def _lrn(cx, node, name):
+    a = node.attrs
+    return cx.mb.local_response_norm(
+        x=cx.arg(node, 0), size=a["size"], alpha=np.float16(a["alpha"]),
+        beta=np.float16(a["beta"]), k=np.float16(a["bias"]), name=name,
+    )  # fmt: skip
+
+
+_add("space_to_channel", "pixel_unshuffle (PyTorch order)", _pixel_unshuffle, min_ios=16)
+_add("channel_to_space", "pixel_shuffle (PyTorch order)", _pixel_shuffle)
+
+
+@lowers("space_to_batch", "space_to_batch (TensorFlow block order)")
+def _space_to_batch(cx, node, name):
+    r = node.attrs["factor"]
+    return cx.mb.space_to_batch(x=cx.arg(node, 0), block_shape=[r, r],
+                                paddings=[[0, 0], [0, 0]], name=name)  # fmt: skip
+
+
+@lowers("batch_to_space", "batch_to_space (TensorFlow block order)")
+def _batch_to_space(cx, node, name):
+    r = node.attrs["factor"]
+    return cx.mb.batch_to_space(x=cx.arg(node, 0), block_shape=[r, r],
+                                crops=[[0, 0], [0, 0]], name=name)  # fmt: skip
+
+
+@lowers("input_view", "slice_by_index")
+def _input_view(cx, node, name):
+    a = node.attrs
+    bounds = [(b, b + s, 1) for b, s in zip(a["begins"], a["sizes"])]
+    return _slice_index(cx, cx.arg(node, 0), bounds, name)
+
+
+@lowers("dynamic_slice",
+        "not_equal + select (NaN to 0) + round + maximum + minimum + cast + slice_by_size",
+        note="offsets rounded, clamped into range and cast to int32 in the program")  # fmt: skip
+def _dynamic_slice(cx, node, name):
+    mb, x, sizes = cx.mb, node.srcs[0], node.attrs["sizes"]
+    start = cx.arg(node, 1)
+    isnan = mb.not_equal(x=start, y=start, name=f"{name}_nan")
+    start = mb.select(cond=isnan, a=cx.const(0.0, f"{name}_zero"), b=start, name=f"{name}_s0")
+    start = mb.round(x=start, name=f"{name}_rnd")
+    start = mb.maximum(x=start, y=cx.const(0.0, f"{name}_lo"), name=f"{name}_cl")
+    hi = cx.const([d - s for d, s in zip(x.shape, sizes)], f"{name}_hi")
+    start = mb.minimum(x=start, y=hi, name=f"{name}_ch")
+    begin = mb.cast(x=start, dtype="int32", name=f"{name}_begin")
+    return mb.slice_by_size(x=cx.arg(node, 0), begin=begin, size=list(sizes), name=name)
+
+
+@lowers("cross_product", "slice_by_index x6 + mul x6 + sub x3 + concat",
+        note="the same fp16 steps as aneforge: each component a_i*b_j - a_j*b_i")  # fmt: skip
+def _cross_product(cx, node, name):
+    mb, out_rank = cx.mb, len(node.shape)
+    axis = norm_axis(node.op, node.attrs["axis"], out_rank)
+
+    def parts(i, label):
+        src = node.srcs[i]
+        local = axis - (out_rank - src.ndim)
+        full = [(0, d, 1) for d in src.shape]
+        out = []
+        for c in range(3):
+            bounds = list(full)
+            bounds[local] = (c, c + 1, 1)
+            out.append(_slice_index(cx, cx.arg(node, i), bounds, f"{name}_{label}{c}"))
+        return out
+
+    a, b = parts(0, "a"), parts(1, "b")
+    comps = []
+    for n, (i, j) in enumerate(((1, 2), (2, 0), (0, 1))):
+        p = mb.mul(x=a[i], y=b[j], name=f"{name}_p{n}")
+        q = mb.mul(x=a[j], y=b[i], name=f"{name}_q{n}")
+        comps.append(mb.sub(x=p, y=q, name=f"{name}_c{n}"))
+    return mb.concat(values=comps, axis=axis, name=name)
+
+
+@lowers("cross_correlation", "expand_dims (template as a [1, C, th, tw] filter) + conv",
+        note="a runtime template is a dynamic conv weight")  # fmt: skip
+def _cross_correlation(cx, node, name):
+    t = node.srcs[1]
+    filt = cx.param(node, 1, (1,) + t.shape, f"{name}_filter")
+    return cx.mb.conv(x=cx.arg(node, 0), weight=filt, pad_type="valid", name=name)
+
+
+@lowers("cost_volume", "per disparity: slice_by_index x2 + mul + reduce_mean + pad; concat",
+        note="max_disp planes, each a shifted product averaged over channels")  # fmt: skip
+def _cost_volume(cx, node, name):
+    mb = cx.mb
+    n, c, h, w = node.srcs[0].shape
+    planes = []
+    for d in range(node.attrs["max_disp"]):
+        if d >= w:
+            planes.append(cx.const(np.zeros((n, 1, h, w)), f"{name}_zero{d}"))
+            continue
+        left = _slice_index(cx, cx.arg(node, 0), [(0, n, 1), (0, c, 1), (0, h, 1), (d, w, 1)],
+                            f"{name}_l{d}")  # fmt: skip
+        right = _slice_index(cx, cx.arg(node, 1), [(0, n, 1), (0, c, 1), (0, h, 1),
+                             (0, w - d, 1)], f"{name}_r{d}")  # fmt: skip
+        prod = mb.mul(x=left, y=right, name=f"{name}_p{d}")
+        plane = mb.reduce_mean(x=prod, axes=[1], keep_dims=True, name=f"{name}_m{d}")
+        if d:
+            plane = mb.pad(x=plane, pad=[0, 0, 0, 0, 0, 0, d, 0], mode="constant",
+                           constant_val=np.float16(0.0), name=f"{name}_z{d}")  # fmt: skip
+        planes.append(plane)
+    if len(planes) == 1:
+        return mb.identity(x=planes[0], name=name)
+    return mb.concat(values=planes, axis=1, name=name)
+
+
+_add(
+    "fps",
+    "-",
+    status=NOT_EXPRESSIBLE,
+    note=(
+        "farthest point sampling is a k-step loop in which each step's argmax picks the "
+        "point the next distances depend on; a feed-forward Core ML program can hold it "
+        "only as k unrolled gather/argmax steps, and MIL's while_loop never runs on the "
+        "Neural Engine. Run fps on the host and feed its indices as an input"
+    ),
+)
+
+_RADIUS_KEY = 4096.0  # any key above every index (<= 2048) marks a miss
+
+
+@lowers("radius_search",
+        "expand_dims x2 + sub + mul + reduce_sum + less_equal + select + topk + less + "
+        "select (+ pad)",
+        note="hits keyed by index, misses by 4096; the k smallest keys, misses as -1")  # fmt: skip
+def _radius_search(cx, node, name):
+    mb = cx.mb
+    (n, _), (m, _) = node.srcs[0].shape, node.srcs[1].shape
+    kmax = node.attrs["max_neighbors"]
+    pts = mb.expand_dims(x=cx.arg(node, 0), axes=[0], name=f"{name}_pts")
+    ctr = mb.expand_dims(x=cx.arg(node, 1), axes=[1], name=f"{name}_ctr")
+    d = mb.sub(x=pts, y=ctr, name=f"{name}_d")
+    dist = mb.reduce_sum(x=mb.mul(x=d, y=d, name=f"{name}_d2"), axes=[-1], keep_dims=False,
+                         name=f"{name}_dist")  # fmt: skip
+    r = np.float16(node.attrs["radius"])
+    r2 = cx.const(np.float16(r * r), f"{name}_r2")
+    within = mb.less_equal(x=dist, y=r2, name=f"{name}_in")
+    idx = cx.const(np.broadcast_to(np.arange(n), (m, n)), f"{name}_idx")
+    key = mb.select(cond=within, a=idx, b=cx.const(_RADIUS_KEY, f"{name}_miss"),
+                    name=f"{name}_key")  # fmt: skip
+    take = min(kmax, n)
+    best, _ = mb.topk(x=key, k=take, axis=-1, ascending=True, name=f"{name}_tk")
+    hit = mb.less(x=best, y=cx.const(_RADIUS_KEY, f"{name}_lim"), name=f"{name}_hit")
+    out = mb.select(cond=hit, a=best, b=cx.const(-1.0, f"{name}_none"),
+                    name=name if take == kmax else f"{name}_sel")  # fmt: skip
+    if take == kmax:
+        return out
+    return mb.pad(x=out, pad=[0, 0, 0, kmax - take], mode="constant",
+                  constant_val=np.float16(-1.0), name=name)  # fmt: skip
+
+
+@lowers("scaled_elementwise", "add / sub / mul + mul by the scale")
+def _scaled_elementwise(cx, node, name):
+    op = node.attrs["op"]
+    y = getattr(cx.mb, op)(x=cx.arg(node, 0), y=cx.arg(node, 1), name=f"{name}_{op}")
+    return cx.mb.mul(x=y, y=cx.const(node.attrs["scale"], f"{name}_scale"), name=name)
+
+
+# ---- the table as documentation ------------------------------------------------------
+
+
+def coverage() -> dict[str, list[str]]:
+    """Fused and bridge op names by status (and ``"missing"``), in registry order."""
+    out: dict[str, list[str]] = {s: [] for s in (*STATUSES, "missing")}
+    for name, op in all_ops().items():
+        if op.kind != "source":
+            entry = LOWERINGS.get(name)
+            out[entry.status if entry else "missing"].append(name)
+    return out
+
+
+def render_lowering_table() -> str:
+    """The lowering table as Markdown, one row per fused and bridge op."""
+    rows = [
+        "| op | kind | status | Core ML MIL ops | min. iOS | note |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for kind in ("fused", "bridge"):
+        for name, op in all_ops().items():
+            if op.kind != kind:
+                continue
+            e = LOWERINGS.get(name)
+            if e is None:
+                rows.append(f"| {name} | {kind} | MISSING | | | |")
+                continue
+            ios = str(e.min_ios) if e.status == LOWERED else ""
+            rows.append(f"| {name} | {kind} | {e.status} | {e.mil} | {ios} | {e.note} |")
+    return "\n".join(rows) + "\n"
+
+
+BEGIN, END = "<!-- lowering-table:begin -->", "<!-- lowering-table:end -->"
+
+
+def refresh_doc(path: str) -> bool:
+    """Rewrite the generated table between the markers of ``path``; True if it changed."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    new = f"{head}{BEGIN}\n{render_lowering_table()}{END}{tail}"
+    if new != text:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(new)
+    return new != text
+
+
+if __name__ == "__main__":  # pragma: no cover  (python -m aneforge.io.coreml_ops DOC)
+    if len(sys.argv) > 1:
+        print("updated" if refresh_doc(sys.argv[1]) else "up to date")
+    else:
+        print(render_lowering_table())
