@@ -1,25 +1,33 @@
-"""Model formats in and out: ONNX import (:func:`from_onnx`).
+"""Model formats in and out: ONNX import and Core ML export.
 
-``from_onnx(model, shapes=None, constants=None)`` reads an ONNX model (ModelProto, path
-or bytes, opset 13+) into an :class:`OnnxGraph` of aneforge tensors; see
-:mod:`aneforge.io.onnx_import` for the contract (constants, folding, fp16 saturation,
-the one error that lists everything unsupported). Needs the ``onnx`` package.
+- :func:`from_onnx` (``aneforge.io.onnx_import``) reads an ONNX model into aneforge
+  tensors; needs the ``onnx`` package.
+- :func:`export_coreml` (``aneforge.io.coreml_export``) writes an fp16 Core ML ML
+  Program; needs ``coremltools``.
+
+Both are imported lazily, on first use, so ``import aneforge`` needs neither package.
 """
 
-from .onnx_import import (
-    ConstantSaturationWarning,
-    OnnxGraph,
-    OnnxImportError,
-    OnnxImportWarning,
-    UnsupportedModelError,
-    from_onnx,
-)
+from __future__ import annotations
 
-__all__ = [
-    "ConstantSaturationWarning",
-    "OnnxGraph",
-    "OnnxImportError",
-    "OnnxImportWarning",
-    "UnsupportedModelError",
-    "from_onnx",
-]
+import importlib
+
+_LAZY = {
+    "ConstantSaturationWarning": "onnx_import",
+    "OnnxGraph": "onnx_import",
+    "OnnxImportError": "onnx_import",
+    "OnnxImportWarning": "onnx_import",
+    "UnsupportedModelError": "onnx_import",
+    "from_onnx": "onnx_import",
+    "export_coreml": "coreml_export",
+    "ExportError": "coreml_export",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
