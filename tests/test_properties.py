@@ -610,6 +610,17 @@ def build_concat(ctx, x):
     return Step("concat", y, srcs, lambda e, v, out: max(e))
 
 
+def build_gather(ctx, x):
+    axis = ctx.draw(st.integers(-x.ndim, x.ndim - 1))
+    d = x.shape[axis]
+    n = ctx.draw(st.integers(1, 2 * d))
+    indices = [ctx.draw(st.integers(-d, d - 1)) for _ in range(n)]
+    if ctx.coin(8):
+        indices = [d]  # out of range
+    y = af.gather(x, indices, axis=axis)
+    return Step("gather", y, (x,), lambda e, v, out: e[0])
+
+
 SPECIAL_BUILDERS = {
     "matmul": build_matmul,
     "bmm": build_bmm,
@@ -640,6 +651,7 @@ SPECIAL_BUILDERS = {
     "cast": build_cast,
     "concat": build_concat,
     "select": build_select,
+    "gather": build_gather,
 }
 
 

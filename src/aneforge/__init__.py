@@ -13,7 +13,15 @@ Example:
 """
 
 from . import graph as _graph
+from . import models  # noqa: E402  (af.models.minilm, the light ONNX models)
 from .analysis import DivergenceReport, NodeDivergence, fp16_divergence
+from .analysis.precision import (
+    NodeRisk,
+    PrecisionError,
+    PrecisionReport,
+    check_precision,
+    precision_risk,
+)
 from .compiler import Program, compile
 from .compiler.preflight import PreflightReport, Violation, preflight
 from .cost import Estimate, estimate, estimate_breakdown
@@ -45,6 +53,8 @@ from .errors import (
 from .graph import *  # noqa: F403
 from .graph import nn
 from .metrics import compare
+from .numerics import fft  # noqa: E402  (af.fft.fft, af.fft.rfft, ...)
+from .numerics import special  # noqa: E402  (af.special.erf, af.special.lgamma, ...)
 from .optimizer import canonicalize, reduce_sum_to_matmul
 from .optimizer.routes import route_registry
 from .optimizer.tune import tune
@@ -67,6 +77,11 @@ __all__ = [
     "CrossChipFP16Warning",
     "DivergenceReport",
     "NodeDivergence",
+    "NodeRisk",
+    "PrecisionError",
+    "PrecisionReport",
+    "check_precision",
+    "precision_risk",
     "PreflightError",
     "PreflightReport",
     "PreflightWarning",
@@ -94,6 +109,9 @@ __all__ = [
     "estimate",
     "estimate_breakdown",
     "get_device",
+    "fft",
+    "models",
+    "special",
     "nn",
     "paired",
     "paired_subtract",

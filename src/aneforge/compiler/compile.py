@@ -95,7 +95,14 @@ def _pick_by_estimate(outs):
 
 
 def compile(  # noqa: A001  (public API name)
-    outputs, opt="routes", target=None, compress=None, compress_atol=0.05, int8=False
+    outputs,
+    opt="routes",
+    target=None,
+    compress=None,
+    compress_atol=0.05,
+    int8=False,
+    strict=False,
+    validate=False,
 ) -> Program:
     """Compile one tensor or a sequence of tensors into a :class:`Program`.
 
@@ -122,6 +129,9 @@ def compile(  # noqa: A001  (public API name)
         compress_atol: the per-weight budget, ``max`` over output channels of
             ``||w_c - decoded_c|| / ||w_c||`` (default 0.05).
         int8: ``True`` is the alias of ``compress='int8'``.
+        strict / validate: raise ``PrecisionError`` instead of warning
+            ``PrecisionWarning`` when the static precision-risk signal
+            (:func:`aneforge.precision_risk`) exceeds fp16 noise.
 
     Returns:
         A Program whose nodes are in a deterministic execution order; compiling the same
@@ -180,9 +190,12 @@ def compile(  # noqa: A001  (public API name)
     prog.passes = {**compression, **passes}
     if tgt is not None:
         _warn_divergence(prog)
+    from ..analysis.precision import check_precision
     from ..cost.estimate import warn_if_floor_dominated
 
     warn_if_floor_dominated(prog)
+    # PrecisionWarning once when the risk signal exceeds fp16 noise; strict/validate raise.
+    check_precision(prog, strict=strict or validate)
     return prog
 
 

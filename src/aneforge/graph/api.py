@@ -459,3 +459,29 @@ __all__ = sorted(
         "cast",
     }
 )
+
+
+def gather(x, indices, axis=0) -> Tensor:
+    """The slices of ``x`` at the constant ``indices`` along ``axis``, in order.
+
+    Indices may repeat and run in any order (negative ones count from the end); the
+    result's ``axis`` has ``len(indices)`` entries. A pure movement op (exact).
+
+    Example:
+        >>> import aneforge as af
+        >>> af.gather(af.input((4, 3)), [3, 3, 0]).shape
+        (3, 3)
+    """
+    from ..errors import AttributeValueError
+
+    items = tuple(indices) if hasattr(indices, "__len__") else (indices,)
+    if any(hasattr(i, "__len__") for i in items):
+        raise AttributeValueError(
+            f"gather: indices must be a flat list of integers, got {indices!r}; "
+            "flatten them and reshape the result instead"
+        )
+    return make("gather", x, indices=items, axis=axis)
+
+
+Tensor.gather = gather
+__all__ = sorted([*__all__, "gather"])

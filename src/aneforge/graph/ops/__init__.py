@@ -1,3 +1,13 @@
 """The op definitions. Importing this package registers every op."""
 
-from . import bridge, contraction, elementwise, norm, reduce, shape, source, spatial  # noqa: F401
+from . import (  # noqa: F401
+    bridge,
+    contraction,
+    elementwise,
+    extra,
+    norm,
+    reduce,
+    shape,
+    source,
+    spatial,
+)
