@@ -54,6 +54,7 @@ from .graph import *  # noqa: F403
 from .graph import nn
 from .metrics import compare
 from .numerics import fft  # noqa: E402  (af.fft.fft, af.fft.rfft, ...)
+from .numerics import linalg  # noqa: E402  (af.linalg.solve, af.linalg.qr, ...)
 from .numerics import special  # noqa: E402  (af.special.erf, af.special.lgamma, ...)
 from .optimizer import canonicalize, reduce_sum_to_matmul
 from .optimizer.routes import route_registry
@@ -110,6 +111,7 @@ __all__ = [
     "estimate_breakdown",
     "get_device",
     "fft",
+    "linalg",
     "models",
     "special",
     "nn",

@@ -82,6 +82,10 @@ _KC = 256  # k-block: one packed b panel block is _KC * _NR * 2 bytes = 16 KiB (
 _MC = 64  # rows per task (a multiple of _MR)
 _PC = 8  # panels (of _NR columns) per task
 
+# Problems below this many multiply-adds run on one thread: waking the thread pool for a
+# tiny product costs milliseconds on a loaded machine (the result is the same either way:
+# each output's k order does not depend on the threads).
+_SERIAL_WORK = 1 << 22
 _PORTABLE_ENV = "ANEFORGE_EMU_GEMM_PORTABLE"
 _FORCE_PORTABLE = os.environ.get(_PORTABLE_ENV, "") not in ("", "0")
 
@@ -441,8 +445,16 @@ def _run_oriented(a, b, nb, m, k, n):
     if whole < npan:
         panels[:, whole, :, : n - whole * _NR] = b16[:, :, whole * _NR :]
     out = np.empty((nb, m, n), dtype=np.uint16)
+    small = nb * mp * npan * _NR * k < _SERIAL_WORK  # threads cost more than they save
     with _launch_lock:  # one parallel launch at a time: not every numba threading layer
-        _kernel(a16, panels, out)  # accepts concurrent launches from several threads
+        threads = numba.get_num_threads()  # accepts concurrent launches from several threads
+        if small and threads > 1:
+            numba.set_num_threads(1)
+        try:
+            _kernel(a16, panels, out)
+        finally:
+            if small and threads > 1:
+                numba.set_num_threads(threads)
     return out.view(np.float16)
 
 
