@@ -53,9 +53,11 @@ from .errors import (
 from .graph import *  # noqa: F403
 from .graph import nn
 from .metrics import compare
-from .numerics import fft  # noqa: E402  (af.fft.fft, af.fft.rfft, ...)
-from .numerics import linalg  # noqa: E402  (af.linalg.solve, af.linalg.qr, ...)
-from .numerics import special  # noqa: E402  (af.special.erf, af.special.lgamma, ...)
+from .numerics import (
+    fft,  # noqa: E402  (af.fft.fft, af.fft.rfft, ...)
+    linalg,  # noqa: E402  (af.linalg.solve, af.linalg.qr, ...)
+    special,  # noqa: E402  (af.special.erf, af.special.lgamma, ...)
+)
 from .optimizer import canonicalize, reduce_sum_to_matmul
 from .optimizer.routes import route_registry
 from .optimizer.tune import tune
