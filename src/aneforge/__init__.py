@@ -52,6 +52,13 @@ from .errors import (
 )
 from .graph import *  # noqa: F403
 from .graph import nn
+from .io.onnx_import import (
+    ConstantSaturationWarning,
+    OnnxGraph,
+    OnnxImportError,
+    UnsupportedModelError,
+    from_onnx,
+)
 from .metrics import compare
 from .numerics import (
     fft,  # noqa: E402  (af.fft.fft, af.fft.rfft, ...)
@@ -59,6 +66,7 @@ from .numerics import (
     special,  # noqa: E402  (af.special.erf, af.special.lgamma, ...)
 )
 from .optimizer import canonicalize, reduce_sum_to_matmul
+from .optimizer.precision_tune import tune_precision
 from .optimizer.routes import route_registry
 from .optimizer.tune import tune
 from .reference import reference
@@ -77,6 +85,11 @@ __all__ = [
     "AneforgeWarning",
     "AttributeValueError",
     "Capabilities",
+    "ConstantSaturationWarning",
+    "OnnxGraph",
+    "OnnxImportError",
+    "UnsupportedModelError",
+    "from_onnx",
     "CrossChipFP16Warning",
     "DivergenceReport",
     "NodeDivergence",
@@ -128,5 +141,6 @@ __all__ = [
     "targets",
     "route_registry",
     "tune",
+    "tune_precision",
     "__version__",
 ]

@@ -10,7 +10,9 @@ them so the arithmetic contract (``docs/numerics.md``) lives in one place.
 - :func:`narrow_sum` is the reduce_sum accumulator: every partial sum rounded to fp16,
   terms added one at a time in ascending index order. Inside :func:`reduction_route`
   (set by the per-chip emulator, docs/numerics.md section 9.2) a sum over more than the
-  route's terms is split into chunks first; outside it, nothing changes.
+  route's terms is split into chunks first; outside it, nothing changes. Inside
+  :func:`wide_reductions` (the precision tuner's fp32-faithful reference) it takes the
+  matmul's wide accumulator instead: one float32 running sum in the same order.
 
 Example:
     >>> import numpy as np
@@ -32,6 +34,10 @@ FP16_EPS = 2.0**-10  # spacing of fp16 values in [1, 2)
 # The reduction route of the chip being emulated (None: the generic sequential model).
 # Set only through :func:`reduction_route` by the per-chip layer (``emulator/chips.py``).
 _ROUTE_CHUNK: ContextVar[int | None] = ContextVar("aneforge_route_chunk", default=None)
+# Whether narrow_sum uses the wide (float32) accumulator: None (no: the engine's narrow
+# sum), "fp16" (wide, the sum rounded to fp16 once) or "float32" (wide, left unrounded).
+# Set only through :func:`wide_reductions`.
+_WIDE: ContextVar[str | None] = ContextVar("aneforge_wide_reductions", default=None)
 
 
 def round_fp16(x) -> np.ndarray:
@@ -68,11 +74,16 @@ def narrow_sum(x: np.ndarray, axis, keepdims: bool = False) -> np.ndarray:
         >>> float(narrow_sum(np.array([16000, 1, 1], np.float16), axis=0))
         16000.0
     """
-    x = np.asarray(x, dtype=np.float16)
+    wide = _WIDE.get()
+    x = np.asarray(x, dtype=np.float16 if wide is None else np.float32)
     axes = _normalize_axes(axis, x.ndim)
     flat = _move_to_end(x, axes)
     chunk = _ROUTE_CHUNK.get()
-    if chunk is not None and flat.shape[-1] > chunk:
+    if wide is not None:
+        acc = _wide_sum(flat)
+        if wide == "fp16":
+            acc = round_fp16(acc)
+    elif chunk is not None and flat.shape[-1] > chunk:
         acc = _chunked_sum(flat, chunk)
     else:
         acc = _sequential_sum(flat)
@@ -87,6 +98,16 @@ def _sequential_sum(flat: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         for k in range(flat.shape[-1]):
             acc = acc + flat[..., k]  # NumPy fp16 add: exact in fp32, rounded once
+    return acc
+
+
+def _wide_sum(flat: np.ndarray) -> np.ndarray:
+    """The matmul's accumulator over the last axis: a float32 running sum from +0, one
+    term at a time in ascending order, each add rounded to float32 (no fp16 rounding)."""
+    acc = np.zeros(flat.shape[:-1], dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in range(flat.shape[-1]):
+            acc = acc + flat[..., k]  # float32 + float32, rounded once to float32
     return acc
 
 
@@ -117,6 +138,29 @@ def reduction_route(chunk: int | None):
         yield
     finally:
         _ROUTE_CHUNK.reset(token)
+
+
+@contextlib.contextmanager
+def wide_reductions(rounded: bool = True):
+    """Within the block, :func:`narrow_sum` accumulates like a matmul: a float32 running
+    sum over the same terms in the same order (so it equals ``x @ ones`` bit for bit),
+    rounded to fp16 once (``rounded=True``) or returned as the float32 sum
+    (``rounded=False``). Terms are taken at float32, exact for fp16 values. The reduction
+    route of :func:`reduction_route` does not apply inside. Outside the block nothing
+    changes. Used by the precision tuner's fp32-faithful reference
+    (:mod:`aneforge.optimizer.precision_tune`); the engine itself has no such mode.
+
+    Example:
+        >>> import numpy as np
+        >>> with wide_reductions():
+        ...     float(narrow_sum(np.ones(4096, np.float16), axis=0))
+        4096.0
+    """
+    token = _WIDE.set("fp16" if rounded else "float32")
+    try:
+        yield
+    finally:
+        _WIDE.reset(token)
 
 
 def _normalize_axes(axis, ndim: int) -> tuple[int, ...]:

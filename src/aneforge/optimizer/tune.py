@@ -13,6 +13,10 @@
 5. Cache the choice under a structural hash of (graph, input shapes, device, options):
    a cache hit rebuilds the variant by name with no measurement.
 
+With ``target_error=E`` it is precision-aware tuning instead
+(:func:`~aneforge.optimizer.precision_tune.tune_precision`): the cheapest candidate whose
+measured error meets ``E``, returned as ``(program, report)``.
+
 Example:
     >>> import numpy as np, tempfile, aneforge as af
     >>> x = af.input((4, 16))
@@ -71,7 +75,9 @@ def tune(
     device=None,
     cache: bool = True,
     cache_dir=None,
-) -> Program:
+    target_error=None,
+    allow_paired: bool = False,
+):
     """Measure the graph's variants on ``device`` and return the fastest correct one.
 
     Args:
@@ -83,6 +89,11 @@ def tune(
         prune_factor: variants predicted slower than this x the best are not measured.
         device: a device name or Device (default: the emulator).
         cache / cache_dir: use the on-disk tuning cache (see ``optimizer.cache``).
+        target_error: precision-aware tuning: delegate to
+            :func:`~aneforge.optimizer.precision_tune.tune_precision` with ``inputs``,
+            ``device`` and ``allow_paired`` (the other options must stay at their
+            defaults) and return what it returns, ``(program, report)``.
+        allow_paired: with ``target_error``, also try the paired-fp16 cancellation fix.
 
     Returns:
         The chosen Program, with ``tune_report`` (variant, measured times, errors,
@@ -95,6 +106,23 @@ def tune(
     from .cache import TuneCache
     from .variants import build_variant, build_variants
 
+    if target_error is not None or allow_paired:
+        from .precision_tune import tune_precision
+
+        if target_error is None:
+            raise OptionError("tune: allow_paired=True needs target_error= (precision tuning)")
+        defaults = (8, DEFAULT_ATOL, 1.10, 1.5, True, None)
+        given = (budget, atol, min_lossy_speedup, prune_factor, cache, cache_dir)
+        names = ("budget", "atol", "min_lossy_speedup", "prune_factor", "cache", "cache_dir")
+        extra = [n for n, v, d in zip(names, given, defaults) if v != d]
+        if extra:
+            raise OptionError(
+                f"tune: target_error= (precision tuning) takes only inputs, device and "
+                f"allow_paired; got {', '.join(extra)}"
+            )
+        return tune_precision(
+            out, target_error, inputs=inputs, allow_paired=allow_paired, device=device
+        )
     for label, value, lo in (("budget", budget, 1), ("prune_factor", prune_factor, 1.0)):
         if not value >= lo:
             raise OptionError(f"tune: {label} must be >= {lo}, got {value!r}")
