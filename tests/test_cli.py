@@ -154,3 +154,19 @@ def test_console_script_unknown_model_exits_2():
     assert proc.returncode == 2
     assert "nosuch" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_check_report_announces_each_stage_for_the_progress_bar():
+    from aneforge.report import STAGES, check_report
+
+    x, y = af.nn.small_cnn()
+    seen = []
+    check_report("cnn", [x], [y], progress=seen.append)
+    assert seen == list(STAGES)
+
+
+def test_check_exports_a_core_ml_package(tmp_path, capsys):
+    out = tmp_path / "cnn.mlpackage"
+    assert main(["check", "cnn", "--json", "--export", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)["reports"][0]
+    assert report["export"]["path"] == str(out) and out.exists()

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import warnings
@@ -163,6 +164,21 @@ def _targets_table(rep: dict):
     return table
 
 
+@contextlib.contextmanager
+def _progress(enabled: bool):
+    """A progress display on stderr for long checks; yields ``advance(label)``."""
+    if not enabled or not sys.stderr.isatty():
+        yield lambda label: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("loading", total=None)
+        yield lambda label: bar.update(task, description=label)
+
+
 def _targets(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
@@ -172,11 +188,16 @@ def _check(args) -> int:
 
     targets = _targets(args.target)
     reports = []
-    for name, inputs, outputs in load_models(args.model):
-        rep = check_report(name, inputs, outputs, seed=args.seed, targets=targets)
-        if args.export:
-            rep["export"] = _export(outputs, args.export, targets[0] if targets else None)
-        reports.append(rep)
+    with _progress(enabled=not args.json) as advance:
+        for name, inputs, outputs in load_models(args.model):
+            rep = check_report(
+                name, inputs, outputs, seed=args.seed, targets=targets,
+                progress=lambda stage, name=name: advance(f"{name}: {stage}"),
+            )  # fmt: skip
+            if args.export:
+                advance(f"{name}: export")
+                rep["export"] = _export(outputs, args.export, targets[0] if targets else None)
+            reports.append(rep)
     if args.json:
         print(json.dumps({"aneforge": __version__, "reports": reports}, indent=2))
     else:

@@ -73,7 +73,12 @@ def divergence_report(prog, targets) -> dict:
     return {"targets": archs, "worst": rep.worst, "nodes": [str(e) for e in rep.flagged]}
 
 
-def check_report(name, inputs, outputs, seed: int = 0, targets=(), opt="routes") -> dict:
+STAGES = ("compile", "emulate", "float64 reference", "estimate")
+
+
+def check_report(
+    name, inputs, outputs, seed: int = 0, targets=(), opt="routes", progress=None
+) -> dict:
     """Compile ``outputs``, emulate on seeded inputs, compare with float64, estimate.
 
     Args:
@@ -83,23 +88,30 @@ def check_report(name, inputs, outputs, seed: int = 0, targets=(), opt="routes")
         seed: seed of the standard-normal inputs.
         targets: architectures or marketing names to estimate for.
         opt: the compile level.
+        progress: optional callable ``progress(stage)`` told when each of
+            :data:`STAGES` starts (the CLI draws a progress bar with it).
     """
+    step = progress or (lambda stage: None)
     from .compiler import compile as compile_graph
     from .cost.estimate import estimate_breakdown
     from .metrics import compare
     from .reference import reference
 
     start = time.perf_counter()
+    step("compile")
     with warnings.catch_warnings():  # the report shows what bounds the program instead
         warnings.simplefilter("ignore", DispatchFloorWarning)
         prog = compile_graph(list(outputs), opt=opt)
     compiled = time.perf_counter()
     rng = np.random.default_rng(seed)
     feeds = [rng.standard_normal(t.shape) for t in prog.inputs]
+    step("emulate")
     got = prog(*feeds)
     emulated = time.perf_counter()
+    step("float64 reference")
     want = reference(prog, *feeds)
     done = time.perf_counter()
+    step("estimate")
     est = estimate_breakdown(prog)
     outs = list(got) if isinstance(got, tuple) else [got]
     wants = list(want) if isinstance(want, tuple) else [want]
