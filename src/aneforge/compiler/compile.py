@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import warnings
 
 from ..errors import AneforgeWarning, CrossChipFP16Warning, OptionError, PreflightWarning
@@ -146,57 +147,67 @@ def compile(  # noqa: A001  (public API name)
         >>> [n.op for n in af.compile(flatten(x) * 2.0).compute_nodes]
         ['reshape', 'mul']
     """
-    outs = _as_outputs(outputs)
-    if isinstance(opt, bool) or opt not in OPT_LEVELS:
-        raise OptionError(f"compile: opt must be one of {OPT_LEVELS}, got {opt!r}")
-    tgt = None
-    if target is not None:
-        from ..emulator.chips import resolve
+    gc_was_enabled = gc.isenabled()
+    # Pause the cyclic garbage collector: the passes allocate many small acyclic
+    # objects, and on a 100k-node graph every generation-2 collection rescanned them all,
+    # so compile time grew faster than the graph. Reference counting still frees them.
+    gc.disable()
+    try:
+        outs = _as_outputs(outputs)
+        if isinstance(opt, bool) or opt not in OPT_LEVELS:
+            raise OptionError(f"compile: opt must be one of {OPT_LEVELS}, got {opt!r}")
+        tgt = None
+        if target is not None:
+            from ..emulator.chips import resolve
 
-        tgt = resolve(target)
-    outs, compression = _compress(outs, compress, compress_atol, int8, tgt)
-    passes: dict = {}
-    if opt in (2, "max"):
-        from ..optimizer.tune import tune
+            tgt = resolve(target)
+        outs, compression = _compress(outs, compress, compress_atol, int8, tgt)
+        passes: dict = {}
+        if opt in (2, "max"):
+            from ..optimizer.tune import tune
 
+            if tgt is not None:
+                outs, passes = _preflight(outs, tgt)
+            prog = tune(list(outs))
+            prog.passes.update(compression)
+            if tgt is not None:
+                prog.target = tgt
+                prog.passes.update(passes)
+                _warn_divergence(prog)
+            return prog
+        if opt == "routes":
+            from ..cost.estimate import estimate
+            from ..optimizer.routes import select_routes
+
+            # With a target the routes are priced by that chip's analytic model.
+            def cost(graph):
+                return estimate(graph) if tgt is None else estimate(graph, target=tgt)
+
+            new, decisions = select_routes(list(outs), cost)
+            outs = tuple(new)
+            passes["routes"] = decisions
+        elif opt == 1:
+            new, passes["variant"] = _pick_by_estimate(list(outs))
+            outs = tuple(new)
         if tgt is not None:
-            outs, passes = _preflight(outs, tgt)
-        prog = tune(list(outs))
-        prog.passes.update(compression)
+            outs, found = _preflight(outs, tgt)
+            passes.update(found)
+        prog = build_program(outs, opt)
+        prog.target = tgt
+        prog.passes = {**compression, **passes}
         if tgt is not None:
-            prog.target = tgt
-            prog.passes.update(passes)
             _warn_divergence(prog)
+        from ..analysis.precision import check_precision
+        from ..cost.estimate import warn_if_floor_dominated
+
+        warn_if_floor_dominated(prog)
+        # PrecisionWarning once when the risk signal exceeds fp16 noise; strict/validate raise.
+        check_precision(prog, strict=strict or validate)
         return prog
-    if opt == "routes":
-        from ..cost.estimate import estimate
-        from ..optimizer.routes import select_routes
 
-        # With a target the routes are priced by that chip's analytic model.
-        def cost(graph):
-            return estimate(graph) if tgt is None else estimate(graph, target=tgt)
-
-        new, decisions = select_routes(list(outs), cost)
-        outs = tuple(new)
-        passes["routes"] = decisions
-    elif opt == 1:
-        new, passes["variant"] = _pick_by_estimate(list(outs))
-        outs = tuple(new)
-    if tgt is not None:
-        outs, found = _preflight(outs, tgt)
-        passes.update(found)
-    prog = build_program(outs, opt)
-    prog.target = tgt
-    prog.passes = {**compression, **passes}
-    if tgt is not None:
-        _warn_divergence(prog)
-    from ..analysis.precision import check_precision
-    from ..cost.estimate import warn_if_floor_dominated
-
-    warn_if_floor_dominated(prog)
-    # PrecisionWarning once when the risk signal exceeds fp16 noise; strict/validate raise.
-    check_precision(prog, strict=strict or validate)
-    return prog
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 def _compress(outs, compress, atol, int8, tgt):
