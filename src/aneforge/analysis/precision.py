@@ -309,11 +309,9 @@ def _route(program, target):
 # ---- (a) narrow sums -----------------------------------------------------------------
 
 
-def _nonnegative(node, memo: dict[int, bool]) -> bool:
-    """Whether every value of ``node`` is >= 0 (or nan) by construction.
-
-    Fills ``memo`` for ``node`` and its ancestors, iteratively (deep graphs are fine).
-    """
+def _postorder_memo(node, memo: dict, rule):
+    """``rule(n, memo)`` for ``node`` and every ancestor not yet in ``memo``, sources
+    first, iteratively (deep graphs are fine); returns ``memo[id(node)]``."""
     stack = [node]
     while stack:
         cur = stack[-1]
@@ -325,8 +323,13 @@ def _nonnegative(node, memo: dict[int, bool]) -> bool:
             stack.extend(pending)
             continue
         stack.pop()
-        memo[id(cur)] = _nonnegative_rule(cur, memo)
+        memo[id(cur)] = rule(cur, memo)
     return memo[id(node)]
+
+
+def _nonnegative(node, memo: dict[int, bool]) -> bool:
+    """Whether every value of ``node`` is >= 0 (or nan) by construction."""
+    return _postorder_memo(node, memo, _nonnegative_rule)
 
 
 def _nonnegative_rule(node, memo) -> bool:
@@ -486,21 +489,13 @@ def _cliff(node):
 
 
 def _inputs_of(node, memo: dict[int, frozenset]) -> frozenset:
-    """The ids of the graph inputs ``node`` depends on (iterative, memoized)."""
-    stack = [node]
-    while stack:
-        cur = stack[-1]
-        if id(cur) in memo:
-            stack.pop()
-            continue
-        pending = [s for s in cur.srcs if id(s) not in memo]
-        if pending:
-            stack.extend(pending)
-            continue
-        stack.pop()
+    """The ids of the graph inputs ``node`` depends on (memoized)."""
+
+    def rule(cur, memo):
         own = frozenset({id(cur)}) if cur.op == "input" else frozenset()
-        memo[id(cur)] = own.union(*(memo[id(s)] for s in cur.srcs))
-    return memo[id(node)]
+        return own.union(*(memo[id(s)] for s in cur.srcs))
+
+    return _postorder_memo(node, memo, rule)
 
 
 def _is_constant(t) -> bool:
