@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 import warnings
 
@@ -132,6 +133,12 @@ def _print_tables(reports: list[dict]) -> None:
                 f"{out['cosine']:.6f}",
             )
         console.print(table)
+        if any(not math.isfinite(out["rel_l2"]) for out in rep["outputs"]):
+            console.print(
+                "[yellow]some emulated outputs are inf or nan: values left the fp16 range "
+                "(|x| > 65504) somewhere in the graph; see af.precision_risk and rescale the "
+                "weights or inputs[/]"
+            )
         if rep["targets"]:
             console.print(_targets_table(rep))
             for t in rep["targets"]:
