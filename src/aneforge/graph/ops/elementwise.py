@@ -100,6 +100,14 @@ COMPARE = {
 }
 
 
+# Ops whose float32 evaluation rounds to the same fp16 bits as float64 (see
+# common.rounded): exact ops and the correctly rounded + - * / sqrt.
+FLOAT32_EXACT = {
+    "neg", "relu", "abs", "square", "sqrt", "relu6", "sign", "floor", "ceil",
+    "round", "add", "sub", "mul", "div", "maximum", "minimum",
+}  # fmt: skip
+
+
 def _binary_shape(name):
     return lambda in_shapes, attrs: broadcast_shape(name, in_shapes)
 
@@ -112,7 +120,7 @@ for _name, (_fn, _attrs, _flags, _doc) in UNARY.items():
             1,
             _attrs,
             same_shape,
-            rounded(_fn),
+            rounded(_fn, _name in FLOAT32_EXACT),
             in_float64(_fn),
             doc=_doc,
             flags=frozenset(_flags | {"elementwise", "unary"}),
@@ -127,7 +135,7 @@ for _name, (_fn, _flags, _doc) in BINARY.items():
             2,
             {},
             _binary_shape(_name),
-            rounded(_fn),
+            rounded(_fn, _name in FLOAT32_EXACT),
             in_float64(_fn),
             doc=_doc,
             flags=frozenset(_flags | {"elementwise", "binary"}),
@@ -147,7 +155,7 @@ for _name, _fn in COMPARE.items():
             2,
             {},
             _binary_shape(_name),
-            rounded(_comparison(_fn)),
+            rounded(_comparison(_fn), True),
             in_float64(_comparison(_fn)),
             doc=f"1.0 where {_name}(a, b) else 0.0 (nan compares false)",
             flags=frozenset({"elementwise", "binary", "nonnegative"}),
@@ -166,7 +174,7 @@ register(
         3,
         {},
         _binary_shape("select"),
-        rounded(_select),
+        rounded(_select, True),
         in_float64(_select),
         doc="a where cond != 0 else b (all three broadcast)",
         flags=frozenset({"elementwise"}),
