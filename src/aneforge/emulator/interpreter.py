@@ -24,6 +24,7 @@ import numpy as np
 
 from ..graph.registry import get_op
 from .chips import chip_execution, chip_numerics
+from .fast_kernels import FAST_KERNELS
 from .gemm import gemm, gemm_reference
 
 
@@ -45,26 +46,32 @@ def _execute(program, inputs, kernel, weight_value):
 def execute_fp16(program, inputs, fast: bool = True, target=None) -> list[np.ndarray]:
     """Run ``program`` in the engine's fp16 arithmetic; inputs are fp16 arrays.
 
-    ``fast`` selects the compiled matmul backend; ``fast=False`` is the plain NumPy
+    ``fast`` selects the compiled kernels (matmul, batch_norm); ``fast=False`` is the plain NumPy
     reference interpreter. Both give the same bits. ``target`` (a name, Target or
     ChipNumerics) emulates that chip's family; ``None`` is the generic model (the
     program's own ``target`` is the device's business, not the executor's).
     """
     chip = chip_numerics(target)
     mm = gemm if fast else gemm_reference
+    fast_ops = FAST_KERNELS if fast else {}
+
+    def emulate(node, args, matmul):
+        fn = fast_ops.get(node.op)
+        out = fn(args, node.attrs) if fn is not None else None
+        if out is None:  # no compiled kernel, or it does not apply: the op's own kernel
+            out = get_op(node.op).emulate(args, node.attrs, matmul)
+        return np.asarray(out, dtype=np.float16).reshape(node.shape)
 
     if chip is None:
 
         def kernel(node, args):
-            out = get_op(node.op).emulate(args, node.attrs, mm)
-            return np.asarray(out, dtype=np.float16).reshape(node.shape)
+            return emulate(node, args, mm)
 
     else:
         chip_mm = chip.matmul(mm)
 
         def kernel(node, args):
-            out = get_op(node.op).emulate(args, node.attrs, chip_mm)
-            return chip.finish(node, np.asarray(out, dtype=np.float16).reshape(node.shape))
+            return chip.finish(node, emulate(node, args, chip_mm))
 
     with chip_execution(chip):
         return _execute(program, inputs, kernel, lambda node: node.value)

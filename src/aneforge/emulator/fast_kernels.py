@@ -1,0 +1,238 @@
+"""Compiled kernels for hot elementwise ops, bit-identical to the ops' own emulate kernels.
+
+``FAST_KERNELS`` maps an op name to ``fn(inputs, attrs)``, which returns the op's fp16
+result, or ``None`` when it does not apply (numba missing, the compiled kernel failed its
+first-use check, an input it does not handle); the caller then runs the op's own kernel.
+
+batch_norm follows :func:`aneforge.graph.ops.norm._batch_norm_emulate` step for step:
+per channel ``r = fp16(rsqrt(fp16(var + fp16(eps))))`` is computed on the host exactly as
+there (float64), then every element runs, in float32 on fp16-decoded values::
+
+    y = fp16(x - mean); y = fp16(y * r); y = fp16(y * w); y = fp16(y + b)
+
+with ``w = 1`` without a weight and ``b = -0.0`` without a bias (both leave an fp16 value's
+bits unchanged, signed zeros included). fp16() is LLVM ``fptrunc float -> half`` (RNE,
+subnormals, overflow to inf: NumPy's ``astype(float16)``) where numba's target does that
+without library calls (see :func:`aneforge.emulator.gemm._native_half`), else the portable
+integer rounding of the gemm kernel. Non-finite inputs or parameters (NaN payloads are not
+reproduced) and non-finite ``r`` return ``None``.
+
+Example:
+    >>> import numpy as np
+    >>> x = np.ones((1, 2, 3), np.float16)
+    >>> s = np.zeros(2, np.float16)
+    >>> out = FAST_KERNELS["batch_norm"]([x, s, s + 1], {"eps": 0.0})
+    >>> out is None or bool((out == 1).all())
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from ..graph.fp16 import round_fp16
+from . import gemm as _gemm
+
+try:
+    import numba
+    from llvmlite import ir as llir
+    from numba.core import types as nbtypes
+    from numba.extending import intrinsic
+except Exception:  # numba is optional: without it every op runs its own kernel
+    numba = None
+
+__all__ = ["FAST_KERNELS", "batch_norm_fast"]
+
+_FORCE_PORTABLE = os.environ.get(_gemm._PORTABLE_ENV, "") not in ("", "0")
+_SERIAL_ELEMENTS = 1 << 16  # below this, waking the thread pool costs more than it saves
+
+
+if numba is not None:
+
+    @intrinsic
+    def _h2f(typingctx, bits):
+        """Exact float32 value of fp16 ``bits`` (uint16)."""
+        if bits != nbtypes.uint16:
+            return None
+
+        def codegen(context, builder, signature, args):
+            if _gemm._native_half(context):
+                half = builder.bitcast(args[0], llir.HalfType())
+                return builder.fpext(half, llir.FloatType())
+            return _gemm._emit_bits_to_f32(builder, args[0])
+
+        return nbtypes.float32(nbtypes.uint16), codegen
+
+    @intrinsic
+    def _r16(typingctx, x):
+        """float32 ``x`` rounded to fp16 (RNE, subnormals, overflow to inf), as float32."""
+        if x != nbtypes.float32:
+            return None
+
+        def codegen(context, builder, signature, args):
+            if _gemm._native_half(context):
+                half = builder.fptrunc(args[0], llir.HalfType())
+                return builder.fpext(half, llir.FloatType())
+            return _gemm._emit_round_to_f16_grid(builder, args[0])
+
+        return nbtypes.float32(nbtypes.float32), codegen
+
+    _f32_to_f16_bits = _gemm._f32_to_f16_bits
+
+    def _bn_kernel_py(x, mean, r, w, b, out, flags):
+        """out[k] = batch_norm of x[k] (rows are (n, c) blocks); flags[k] = row non-finite.
+
+        ``x``/``out`` are (N*C, S) uint16 fp16 bits; ``mean``, ``r``, ``w``, ``b`` are (C,)
+        float32 holding fp16 values. Branch-free inner loop, so LLVM vectorizes it.
+        """
+        nblk, size = x.shape
+        nc = mean.shape[0]
+        for k in numba.prange(nblk):
+            c = k % nc
+            mc = mean[c]
+            rc = r[c]
+            wc = w[c]
+            bc = b[c]
+            src = x[k]
+            dst = out[k]
+            hi = np.uint16(0)
+            for i in range(size):
+                v = src[i]
+                hi = max(hi, v & np.uint16(0x7FFF))
+                y = _r16(_h2f(v) - mc)
+                y = _r16(y * rc)
+                y = _r16(y * wc)
+                dst[i] = _f32_to_f16_bits(y + bc)
+            flags[k] = hi >= np.uint16(0x7C00)
+
+    _cache = not _FORCE_PORTABLE
+    try:
+        _bn_par = numba.njit(parallel=True, nogil=True, cache=_cache)(_bn_kernel_py)
+        _bn_ser = numba.njit(nogil=True, cache=_cache)(_bn_kernel_py)
+    except Exception:  # no writable cache location: compile per process instead
+        _bn_par = numba.njit(parallel=True, nogil=True)(_bn_kernel_py)
+        _bn_ser = numba.njit(nogil=True)(_bn_kernel_py)
+
+
+# ---- batch_norm ------------------------------------------------------------------------
+
+_lock = threading.Lock()  # guards the one-time compile and check
+_launch_lock = threading.Lock()  # one parallel launch at a time (see gemm)
+_state: dict = {"ok": None, "error": None}
+
+
+def _channel_params(inputs, attrs, nc):
+    """(mean, r, w, b) as float32 (C,) arrays, or None if something is not handled."""
+    mean, var = inputs[1], inputs[2]
+    params = list(inputs[3:])
+    has_w, has_b = bool(attrs.get("has_weight")), bool(attrs.get("has_bias"))
+    if len(params) != int(has_w) + int(has_b):
+        return None
+    vecs = [mean, var, *params]
+    if any(
+        not isinstance(p, np.ndarray) or p.dtype != np.float16 or p.shape != (nc,) for p in vecs
+    ):
+        return None
+    if not all(bool(np.isfinite(p).all()) for p in vecs):
+        return None
+    f32 = np.float32
+    with np.errstate(all="ignore"):  # exactly _batch_norm_emulate's r
+        eps = np.asarray(round_fp16(attrs["eps"]), dtype=np.float64)
+        var64 = np.asarray(var, dtype=np.float64)
+        r16 = round_fp16(1.0 / np.sqrt(np.asarray(round_fp16(var64 + eps), dtype=np.float64)))
+    if not np.isfinite(r16).all():
+        return None
+    w = params.pop(0).astype(f32) if has_w else np.ones(nc, f32)
+    b = params.pop(0).astype(f32) if has_b else np.full(nc, -0.0, f32)
+    return mean.astype(f32), r16.astype(f32), w, b
+
+
+def _run_batch_norm(inputs, attrs):
+    """The compiled batch_norm, without the one-time check; None when not applicable."""
+    x = inputs[0]
+    if not isinstance(x, np.ndarray) or x.dtype != np.float16 or x.ndim < 2:
+        return None
+    if len(inputs) < 3:
+        return None
+    nc = x.shape[1]
+    vecs = _channel_params(inputs, attrs, nc)
+    if vecs is None:
+        return None
+    if x.size == 0:
+        return x.copy()
+    x2 = np.ascontiguousarray(x).view(np.uint16).reshape(x.shape[0] * nc, -1)
+    out = np.empty(x2.shape, np.uint16)
+    flags = np.empty(x2.shape[0], np.bool_)
+    if x.size < _SERIAL_ELEMENTS:
+        _bn_ser(x2, *vecs, out, flags)
+    else:
+        with _launch_lock:
+            _bn_par(x2, *vecs, out, flags)
+    if flags.any():
+        return None
+    return out.view(np.float16).reshape(x.shape)
+
+
+def _probe():
+    """A small problem: ties, subnormal results, overflow to inf, signed zeros."""
+    rng = np.random.default_rng(20240612)
+    nc, size = 5, 67
+    x = (rng.standard_normal((2, nc, size)) * 3).astype(np.float16)
+    x[0, 0, :8] = [60000, -60000, 6e-8, -6e-8, 0.0, -0.0, 65504, 1.0009765625]
+    mean = (rng.standard_normal(nc) * 2).astype(np.float16)
+    mean[0] = -60000
+    var = np.abs(rng.standard_normal(nc) * 4).astype(np.float16)
+    w = rng.standard_normal(nc).astype(np.float16)
+    w[1] = 6e-5
+    b = rng.standard_normal(nc).astype(np.float16)
+    b[2] = 0.0
+    return [x, mean, var, w, b], {"eps": 1e-5, "has_weight": True, "has_bias": True}
+
+
+def _ensure_batch_norm() -> bool:
+    """Compile and check the kernel once (both launch sizes); True when usable."""
+    if _state["ok"] is not None:
+        return _state["ok"]
+    with _lock:
+        if _state["ok"] is None:
+            ok = False
+            try:
+                if numba is not None:
+                    from ..graph.ops.norm import _batch_norm_emulate
+
+                    inputs, attrs = _probe()
+                    want = _batch_norm_emulate(inputs, attrs)
+                    got_s = _run_batch_norm(inputs, attrs)
+                    big = [np.tile(inputs[0], (1, 1, 1 + _SERIAL_ELEMENTS // 670)), *inputs[1:]]
+                    got_p = _run_batch_norm(big, attrs)
+                    want_p = _batch_norm_emulate(big, attrs)
+                    ok = (
+                        got_s is not None
+                        and got_p is not None
+                        and np.array_equal(got_s.view(np.uint16), want.view(np.uint16))
+                        and np.array_equal(got_p.view(np.uint16), want_p.view(np.uint16))
+                    )
+                    if not ok:
+                        _state["error"] = "compiled batch_norm disagrees with the reference"
+            except Exception as exc:  # compile failure: the op's own kernel serves
+                _state["error"] = exc
+                ok = False
+            _state["ok"] = ok
+    return _state["ok"]
+
+
+def batch_norm_fast(inputs, attrs):
+    """batch_norm with the bits of ``_batch_norm_emulate``, or None when not applicable.
+
+    ``inputs`` is ``[x, mean, var, (weight), (bias)]`` (fp16, x of shape [N, C, ...]),
+    ``attrs`` holds ``eps``, ``has_weight``, ``has_bias``.
+    """
+    if numba is None or not _ensure_batch_norm():
+        return None
+    return _run_batch_norm(inputs, attrs)
+
+
+FAST_KERNELS = {"batch_norm": batch_norm_fast}
