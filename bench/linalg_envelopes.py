@@ -41,41 +41,15 @@ except ImportError:  # running from a checkout without installing
     import aneforge as af
 
 from aneforge.numerics import linalg as la
+from aneforge.numerics.linalg.problems import as_fp16_values, conditioned_problem
 
 CONDS = (1e1, 1e2, 1e3)
 LS_NOISE = 0.1
 
 
-def fp16(x):
-    """Round to fp16 and back (the engine's input cast)."""
-    return np.asarray(x, np.float64).astype(np.float16).astype(np.float64)
-
-
-def orthogonal(rng, m, n):
-    """An m x n matrix with orthonormal columns (Haar-distributed)."""
-    q, r = np.linalg.qr(rng.standard_normal((m, n)))
-    return q * np.sign(np.diag(r))
-
-
 def problem(kind, n, cond, seed, sigma1=1.0):
     """(A, b, x_ref) of one seeded problem; A and b already fp16 values."""
-    rng = np.random.default_rng(seed)
-    s = sigma1 * np.geomspace(1.0, 1.0 / cond, n)
-    v = orthogonal(rng, n, n)
-    if kind == "spd":
-        a = fp16((v * s) @ v.T)
-    else:
-        m = 3 * n if kind == "ls" else n
-        a = fp16((orthogonal(rng, m, n) * s) @ v.T)
-    x = rng.standard_normal((n, 2))
-    b = a @ x
-    if kind == "ls":
-        e = rng.standard_normal(b.shape)
-        e -= a @ np.linalg.lstsq(a, e, rcond=None)[0]
-        b = b + LS_NOISE * e * np.linalg.norm(b, axis=0) / np.linalg.norm(e, axis=0)
-    b = fp16(b)
-    ref = np.linalg.lstsq(a, b, rcond=None)[0] if kind == "ls" else np.linalg.solve(a, b)
-    return a, b, ref
+    return conditioned_problem(kind, n, cond, seed, sigma1=sigma1, noise=LS_NOISE)
 
 
 def rel_err(x, ref):
@@ -114,7 +88,7 @@ def measure_floor(n, trials, results):
         errs = []
         for t in range(trials):
             _, _, ref = problem("gen", n, cond, seed=1000 * t + c)
-            errs.extend(rel_err(fp16(ref), ref))
+            errs.extend(rel_err(as_fp16_values(ref), ref))
         results.append(("x_ref rounded to fp16 (the floor)", cond, errs))
 
 

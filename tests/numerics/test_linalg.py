@@ -18,6 +18,7 @@ import aneforge as af
 from aneforge.compiler.compile import topological_order
 from aneforge.errors import OptionError, ShapeError
 from aneforge.numerics import linalg as la
+from aneforge.numerics.linalg.problems import as_fp16_values, conditioned_problem
 
 N = 16
 
@@ -33,32 +34,9 @@ def _one_numba_thread():
     numba.set_num_threads(before)
 
 
-def fp16(x):
-    return np.asarray(x, np.float64).astype(np.float16).astype(np.float64)
-
-
-def orthogonal(rng, m, n):
-    q, r = np.linalg.qr(rng.standard_normal((m, n)))
-    return q * np.sign(np.diag(r))
-
-
 def problem(kind, cond, seed, n=N, sigma1=1.0, noise=0.1):
     """(A, b (n or m, 2), x_ref) with fp16 A and b; kind 'gen', 'spd' or 'ls' (3n x n)."""
-    rng = np.random.default_rng(seed)
-    s = sigma1 * np.geomspace(1.0, 1.0 / cond, n)
-    v = orthogonal(rng, n, n)
-    if kind == "spd":
-        a = fp16((v * s) @ v.T)
-    else:
-        a = fp16((orthogonal(rng, 3 * n if kind == "ls" else n, n) * s) @ v.T)
-    b = a @ rng.standard_normal((n, 2))
-    if kind == "ls":
-        e = rng.standard_normal(b.shape)
-        e -= a @ np.linalg.lstsq(a, e, rcond=None)[0]
-        b = b + noise * e * np.linalg.norm(b, axis=0) / np.linalg.norm(e, axis=0)
-    b = fp16(b)
-    ref = np.linalg.lstsq(a, b, rcond=None)[0] if kind == "ls" else np.linalg.solve(a, b)
-    return a, b, ref
+    return conditioned_problem(kind, n, cond, seed, sigma1=sigma1, noise=noise)
 
 
 def rel_err(x, ref):
@@ -79,7 +57,7 @@ def errors(build, kind, cond, seeds=(0, 1)):
 
 def floor(kind, cond, seeds=(0, 1)):
     """The error of the correctly rounded solution fp16(x_ref): no fp16 output beats it."""
-    return np.array([e for s in seeds for e in rel_err(fp16(problem(kind, cond, s)[2]),
+    return np.array([e for s in seeds for e in rel_err(as_fp16_values(problem(kind, cond, s)[2]),
                                                       problem(kind, cond, s)[2])])  # fmt: skip
 
 
@@ -125,13 +103,13 @@ def test_exact_residual_is_the_correctly_rounded_residual():
     from aneforge.numerics.linalg._core import ExactResidual, minus
 
     rng = np.random.default_rng(9)
-    m = fp16(rng.standard_normal((N, N)))
-    x = fp16(rng.standard_normal((3, N)) * 100)
-    b = fp16(x @ m + rng.standard_normal((3, N)) * 1e-2)  # a cancelling residual
+    m = as_fp16_values(rng.standard_normal((N, N)))
+    x = as_fp16_values(rng.standard_normal((3, N)) * 100)
+    b = as_fp16_values(x @ m + rng.standard_normal((3, N)) * 1e-2)  # a cancelling residual
     mi, xi, bi = af.input((N, N)), af.input((3, N)), af.input((3, N))
     exact, plain = af.compile([ExactResidual(mi)(bi, xi), minus(bi, xi, mi)])(m, x, b)
     truth = b - x @ m
-    assert np.array_equal(exact, fp16(truth).astype(np.float32))
+    assert np.array_equal(exact, as_fp16_values(truth).astype(np.float32))
     assert np.max(np.abs(plain - truth)) > 100 * np.max(np.abs(exact - truth))
 
 
@@ -143,7 +121,7 @@ def test_lu_factors_reconstruct_a_with_scaled_partial_pivoting():
     a = problem("gen", 100.0, 3)[0]
     a[0, 0] = 0.0  # no pivot on the diagonal: pivoting is required
     a[1] *= 512.0  # rows of very different scales: equilibration is exact (powers of 2)
-    a = fp16(a)
+    a = as_fp16_values(a)
     p, lo, up = (v.astype(np.float64) for v in af.compile(list(la.lu(af.input((N, N)))))(a))
     assert set(np.unique(p)) <= {0.0, 1.0}
     assert np.all(p.sum(0) == 1) and np.all(p.sum(1) == 1)
@@ -153,7 +131,7 @@ def test_lu_factors_reconstruct_a_with_scaled_partial_pivoting():
     assert np.max(np.abs(p @ lo @ up - a) / scale) <= 4e-3
     b = rng.standard_normal(N)
     x = af.compile(la.solve(af.input((N, N)), af.input((N,))))(a, b)
-    assert rel_err(x, np.linalg.solve(a, fp16(b))) <= 1e-3
+    assert rel_err(x, np.linalg.solve(a, as_fp16_values(b))) <= 1e-3
 
 
 @pytest.mark.parametrize("lower", [True, False])
@@ -161,9 +139,9 @@ def test_solve_triangular_matches_substitution(lower):
     from scipy.linalg import solve_triangular
 
     rng = np.random.default_rng(5)
-    t = fp16(np.tril(rng.standard_normal((N, N))) + 4 * np.eye(N))
+    t = as_fp16_values(np.tril(rng.standard_normal((N, N))) + 4 * np.eye(N))
     t = t if lower else t.T
-    b = fp16(rng.standard_normal((N, 3)))
+    b = as_fp16_values(rng.standard_normal((N, 3)))
     x = af.compile(la.solve_triangular(af.input((N, N)), af.input((N, 3)), lower=lower))(t, b)
     assert np.max(rel_err(x, solve_triangular(t, b, lower=lower))) <= 1e-3
 
@@ -206,7 +184,7 @@ def test_cholesky_backward_error_and_shape():
 def _big_spd(rng):
     """An SPD matrix with entries up to ~2e4 (far past the crop-DMA's 4094)."""
     g = rng.standard_normal((N, N))
-    a = fp16(2e4 * (g @ g.T / (4 * N) + 0.5 * np.eye(N)) / 1.5)
+    a = as_fp16_values(2e4 * (g @ g.T / (4 * N) + 0.5 * np.eye(N)) / 1.5)
     assert np.abs(a).max() > 8000 and np.abs(a).max() < 32000
     return a
 
@@ -358,8 +336,8 @@ def test_dominant_svd_normalizes_between_a_and_at():
 
 def test_power_iteration_dominant_eigenvalue():
     a = problem("spd", 100.0, 6)[0] * 300.0
-    lam, v = af.compile(list(la.power_iteration(af.input((N, N)), iters=40)))(fp16(a))
-    w, vecs = np.linalg.eigh(fp16(a))
+    lam, v = af.compile(list(la.power_iteration(af.input((N, N)), iters=40)))(as_fp16_values(a))
+    w, vecs = np.linalg.eigh(as_fp16_values(a))
     assert abs(float(lam) - w[-1]) / w[-1] <= 2e-3
     assert abs(v.astype(np.float64) @ vecs[:, -1]) >= 0.999
 

@@ -36,10 +36,12 @@ Example:
 
 from .direct import cholesky, least_squares, lu, solve, solve_triangular
 from .krylov import conjugate_gradient, gmres, lsqr
+from .problems import conditioned_problem
 from .spectral import dominant_svd, power_iteration, qr
 
 __all__ = [
     "cholesky",
+    "conditioned_problem",
     "conjugate_gradient",
     "dominant_svd",
     "gmres",
