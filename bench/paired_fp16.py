@@ -45,6 +45,7 @@ except ImportError:  # running from a checkout without installing
     import aneforge as af
 
 from aneforge.compiler.compile import topological_order
+from aneforge.graph.fp16 import fp16_values as f16
 from aneforge.numerics.paired import (
     SPEC_OPS_PER_ELEMENT,
     Paired,
@@ -55,10 +56,6 @@ from aneforge.numerics.paired import (
 
 MOVEMENT = {"concat", "reshape", "transpose"}
 CONTRACTIONS = {"matmul", "bmm"}
-
-
-def f16(x):
-    return np.asarray(x, np.float64).astype(np.float16).astype(np.float64)
 
 
 def run(outputs, *feeds, opt=0):

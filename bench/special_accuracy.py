@@ -40,6 +40,8 @@ except ImportError:  # running from a checkout without installing
     import aneforge as af
 
 from aneforge.compiler.compile import topological_order
+from aneforge.graph.fp16 import fp16_values as f16
+from aneforge.metrics import max_relative_error as rel
 from aneforge.numerics import special as S
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,23 +58,12 @@ def fp16_values(lo, hi):
     return vals[(vals >= lo) & (vals <= hi)]
 
 
-def f16(v):
-    return np.asarray(v, dtype=np.float64).astype(np.float16).astype(np.float64)
-
-
 def run(build, xs, **kw):
     """(emulator output, float64 reference output) of build(x) at the fp16 inputs xs."""
     x = af.input(np.shape(xs), name="x")
     y = build(x, **kw)
     emu = np.asarray(af.compile(y)(xs), dtype=np.float64)
     return emu, np.asarray(af.reference(y, xs), dtype=np.float64)
-
-
-def rel(got, truth):
-    """Max relative error; an exact zero where the truth is zero counts as 0."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.abs(got - truth) / np.abs(truth)
-    return float(np.max(np.where(got == truth, 0.0, r)))
 
 
 def absolute(got, truth):

@@ -8,6 +8,11 @@ Each tolerance is named after what it means (docs/numerics.md derives them):
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -50,3 +55,23 @@ def narrow_sum_error_bound(x, axis=-1):
 def rng():
     """A seeded generator: every test sees the same data on every run."""
     return np.random.default_rng(1234)
+
+
+# Environments that make numba take the portable (integer-only) fp16 rounding:
+# forced by aneforge's switch, or a generic CPU without F16C.
+PORTABLE_ENVS = [
+    {"ANEFORGE_EMU_GEMM_PORTABLE": "1"},
+    {"NUMBA_CPU_NAME": "generic", "NUMBA_CPU_FEATURES": ""},
+]
+PORTABLE_IDS = ["forced", "generic-cpu"]
+
+
+def run_python_with_env(script: str, env: dict) -> None:
+    """Run ``script`` in a fresh interpreter with ``env`` added; fail with its output."""
+    src = Path(__file__).resolve().parents[1] / "src"
+    full_env = dict(os.environ, **env)
+    full_env["PYTHONPATH"] = os.pathsep.join([str(src), full_env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=full_env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]

@@ -27,3 +27,18 @@ def compare(got, want) -> dict[str, float]:
         denom = float(np.linalg.norm(g)) * norm_w
         cosine = float(np.dot(g, w) / denom) if denom else (1.0 if not diff.any() else 0.0)
     return {"max_abs": max_abs, "rel_l2": rel_l2, "cosine": cosine}
+
+
+def max_relative_error(got, truth) -> float:
+    """max |got - truth| / |truth| elementwise; where they are equal (zeros included) 0.
+
+    Example:
+        >>> import numpy as np
+        >>> max_relative_error(np.array([0.0, 1.01]), np.array([0.0, 1.0]))
+        0.01...
+    """
+    got = np.asarray(got, dtype=np.float64)
+    truth = np.asarray(truth, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.abs(got - truth) / np.abs(truth)
+    return float(np.max(np.where(got == truth, 0.0, r)))

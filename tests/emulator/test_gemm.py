@@ -4,16 +4,13 @@ the contract, and the compiled fast path bit for bit against the oracle."""
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import aneforge.emulator.gemm as gemm_module
 from aneforge.emulator.gemm import gemm, gemm_fast, gemm_reference
+from conftest import PORTABLE_ENVS, PORTABLE_IDS, run_python_with_env
 
 SIZES = (1, 7, 33, 255)
 
@@ -358,26 +355,9 @@ raise SystemExit(1 if bad else 0)
 """
 
 
-@pytest.mark.parametrize(
-    "env",
-    [
-        {"ANEFORGE_EMU_GEMM_PORTABLE": "1"},  # integer-only rounding, forced
-        {"NUMBA_CPU_NAME": "generic", "NUMBA_CPU_FEATURES": ""},  # e.g. x86-64 without F16C
-    ],
-    ids=["forced", "generic-cpu"],
-)
+@pytest.mark.parametrize("env", PORTABLE_ENVS, ids=PORTABLE_IDS)
 def test_portable_codegen_matches_reference(env):
-    src = Path(gemm_module.__file__).resolve().parents[2]
-    full_env = dict(os.environ, **env)
-    full_env["PYTHONPATH"] = os.pathsep.join([str(src), full_env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [sys.executable, "-c", _PORTABLE_SCRIPT],
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    run_python_with_env(_PORTABLE_SCRIPT, env)
 
 
 # ---- input validation ------------------------------------------------------------------

@@ -19,6 +19,7 @@ import scipy.signal
 
 import aneforge as af
 from aneforge.errors import AttributeValueError, ShapeError
+from aneforge.graph.fp16 import fp16_values as f16
 from aneforge.graph.ops import bridge as br
 from aneforge.graph.registry import get_op, no_flops
 from aneforge.graph.tensor import make
@@ -26,12 +27,6 @@ from conftest import FP16_TINY, FP16_UNIT_ROUNDOFF, FP32_UNIT_ROUNDOFF, fp16_val
 
 U16 = FP16_UNIT_ROUNDOFF
 U32 = FP32_UNIT_ROUNDOFF
-
-
-def f16(v):
-    """Round float64 value(s) to fp16 once, returned as float64."""
-    with np.errstate(all="ignore"):
-        return np.asarray(v, np.float64).astype(np.float16).astype(np.float64)
 
 
 def same(v):

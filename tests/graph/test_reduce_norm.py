@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import aneforge as af
+from aneforge.graph.fp16 import fp16_values as f16
 from conftest import (
     FP16_OP_NOISE,
     FP16_TINY,
@@ -33,12 +34,6 @@ from conftest import (
 U16 = FP16_UNIT_ROUNDOFF
 
 # ---- contract emulation written for the tests ------------------------------------------
-
-
-def f16(v):
-    """Round float64 value(s) to fp16 once, returned as float64."""
-    with np.errstate(all="ignore"):
-        return np.asarray(v, np.float64).astype(np.float16).astype(np.float64)
 
 
 def to_end(x, axes):

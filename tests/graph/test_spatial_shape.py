@@ -20,6 +20,7 @@ import pytest
 from scipy import ndimage
 
 import aneforge as af
+from aneforge.graph.fp16 import fp16_values as f16
 from conftest import FP16_TINY, FP16_UNIT_ROUNDOFF, fp16_values, narrow_sum_error_bound
 
 U16 = FP16_UNIT_ROUNDOFF
@@ -31,11 +32,6 @@ def run(node, *arrays):
 
 def bits(a):
     return np.asarray(a).astype(np.float16).view(np.uint16)
-
-
-def f16(v):
-    with np.errstate(all="ignore"):
-        return np.asarray(v, np.float64).astype(np.float16).astype(np.float64)
 
 
 def special_values(rng, shape):

@@ -14,6 +14,7 @@ import pytest
 import aneforge as af
 from aneforge.compiler.compile import topological_order
 from aneforge.errors import DTypeError, ShapeError, WeightRangeError
+from aneforge.graph.fp16 import fp16_values as f16
 from aneforge.numerics.paired import (
     PRESCALED_SPLIT_LIMIT,
     SPEC_OPS_PER_ELEMENT,
@@ -36,12 +37,6 @@ MOVEMENT = {"concat", "reshape", "transpose"}
 CONTRACTIONS = {"matmul", "bmm"}
 REQUIRED_GAIN = 10.0  # the issue's bar: paired relative error >= 10x lower than plain
 COST_TOLERANCE = 0.30  # the issue's bar: op counts within +-30% of the spec's table
-
-
-def f16(x):
-    """Round to fp16 and widen back to float64."""
-    with np.errstate(over="ignore"):
-        return np.asarray(x, np.float64).astype(np.float16).astype(np.float64)
 
 
 def run(outputs, *feeds, opt=0):

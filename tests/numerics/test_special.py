@@ -21,6 +21,7 @@ from scipy import special as sp
 import aneforge as af
 from aneforge.compiler.compile import topological_order
 from aneforge.errors import OptionError, ShapeError
+from aneforge.metrics import max_relative_error as max_rel
 from aneforge.numerics import special as S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,12 +59,6 @@ def fp16_values(lo, hi):
 def run(build, xs, **kw):
     x = af.input(np.shape(xs), name="x")
     return np.asarray(af.compile(build(x, **kw))(xs), dtype=np.float64)
-
-
-def max_rel(got, truth):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.abs(got - truth) / np.abs(truth)
-    return float(np.max(np.where(got == truth, 0.0, r)))
 
 
 def max_abs(got, truth):

@@ -51,6 +51,16 @@ def round_fp16(x) -> np.ndarray:
         return np.asarray(x).astype(np.float16)
 
 
+def fp16_values(x) -> np.ndarray:
+    """``x`` rounded to fp16 once and widened back to float64 (the engine's input cast).
+
+    Example:
+        >>> float(fp16_values(0.1))
+        0.0999755859375
+    """
+    return np.asarray(round_fp16(x), dtype=np.float64)
+
+
 def exact(x: np.ndarray) -> np.ndarray:
     """Widen an fp16 array to float64 (exact) for computing one rounded step."""
     return np.asarray(x, dtype=np.float64)

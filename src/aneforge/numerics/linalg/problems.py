@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...graph.fp16 import fp16_values
+
 KINDS = ("gen", "spd", "ls")
 
 
-def as_fp16_values(x) -> np.ndarray:
-    """Round to fp16 and back to float64 (the engine's input cast)."""
-    return np.asarray(x, np.float64).astype(np.float16).astype(np.float64)
+as_fp16_values = fp16_values  # round to fp16 and back to float64 (the input cast)
 
 
 def orthogonal(rng, m: int, n: int) -> np.ndarray:
