@@ -39,6 +39,7 @@ try:
 except ImportError:  # running from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import aneforge as af
+from aneforge.analysis.calibration_grid import DISTS, GRAPHS
 from aneforge.analysis.precision import precision_risk
 from aneforge.metrics import compare
 
@@ -46,29 +47,6 @@ ROWS = 32
 SEEDS = (0, 1, 2)
 KS = (64, 256, 512, 1024, 2048, 4096, 16384)
 NOISE = 5e-3  # the tuner's fp16-noise tolerance (spec 004, DEFAULT_ATOL)
-
-DISTS = {
-    "N(0,1)": lambda rng, shape: rng.standard_normal(shape),
-    "N(1,1)": lambda rng, shape: rng.standard_normal(shape) + 1.0,
-    "U(0,1)": lambda rng, shape: rng.random(shape),
-}
-
-GRAPHS = {
-    "sum": lambda x: x.sum(-1),
-    "mean": lambda x: x.mean(-1),
-    "square.sum": lambda x: x.square().sum(-1),
-    "abs.sum": lambda x: x.abs().sum(-1),
-    "relu.sum": lambda x: x.relu().sum(-1),
-    "exp.sum": lambda x: (x * 0.5).exp().sum(-1),
-    "sigmoid.sum": lambda x: x.sigmoid().sum(-1),
-    "softplus.sum": lambda x: x.softplus().sum(-1),
-    "softmax": lambda x: af.softmax(x),
-    "layer_norm": lambda x: af.layer_norm(x),
-    "rms_norm": lambda x: af.rms_norm(x),
-    "l2_norm": lambda x: af.l2_norm(x),
-    "x@ones": lambda x: x @ np.ones((x.shape[-1], 1)),
-    "sum->matmul": lambda x: af.reduce_sum_to_matmul(x.sum(-1)),
-}
 
 
 def measure(graph, dist, k, target=None):
