@@ -42,3 +42,25 @@ def max_relative_error(got, truth) -> float:
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.abs(got - truth) / np.abs(truth)
     return float(np.max(np.where(got == truth, 0.0, r)))
+
+
+def ulp_distance(a, b) -> np.ndarray:
+    """Elementwise distance between fp16 values in ulps: how many representable fp16
+    values lie between them (0 for equal values, +0 and -0 included; 1 for neighbours).
+
+    Both arguments are rounded to fp16 first. NaNs are not handled (their distance is
+    meaningless); +-inf count as the values one step past +-65504.
+
+    Example:
+        >>> import numpy as np
+        >>> ulp_distance(np.float16(1.0), np.float16(1.0) + np.float16(2**-10)).item()
+        1
+        >>> ulp_distance(np.float16(-0.0), np.float16(2**-24)).item()  # to the first subnormal
+        1
+    """
+
+    def ordinal(v):
+        bits = np.asarray(v, dtype=np.float16).view(np.int16).astype(np.int64)
+        return np.where(bits < 0, -(bits & 0x7FFF), bits)
+
+    return np.abs(ordinal(a) - ordinal(b))

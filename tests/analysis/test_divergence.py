@@ -18,6 +18,7 @@ from aneforge.analysis.divergence import CLASSES, fp16_divergence, narrow_terms
 from aneforge.emulator.interpreter import execute_fp16
 from aneforge.errors import CrossChipFP16Warning, PreflightError
 from aneforge.graph.ops.bridge import cost_volume, input_view, sdpa
+from aneforge.metrics import ulp_distance
 from conftest import FP16_TINY, FP16_UNIT_ROUNDOFF
 
 TARGET_SETS = [
@@ -37,16 +38,6 @@ def outputs_on(out, feeds, arch):
 def same_bits(a, b) -> bool:
     a, b = np.asarray(a, np.float16), np.asarray(b, np.float16)
     return np.array_equal(a.view(np.uint16), b.view(np.uint16))
-
-
-def ulps(a, b) -> np.ndarray:
-    """Distance in fp16 ulps (steps between representable values)."""
-
-    def ordinal(v):
-        i = np.asarray(v, np.float16).view(np.int16).astype(np.int64)
-        return np.where(i < 0, -(i & 0x7FFF), i)
-
-    return np.abs(ordinal(a) - ordinal(b))
 
 
 # ---- graphs covering every op family, each with inputs of known shape ----------------
@@ -186,7 +177,7 @@ def test_the_spec_one_ulp_claim_does_not_hold_in_the_narrow_model(rng):
     outs = [af.softmax(x), af.rms_norm(x)]
     a = outputs_on(outs, [vals], "h13")
     b = outputs_on(outs, [vals], "h15")
-    worst = [int(ulps(u, v).max()) for u, v in zip(a, b)]
+    worst = [int(ulp_distance(u, v).max()) for u, v in zip(a, b)]
     assert min(worst) > 1
     classes = {e.cls for e in fp16_divergence(outs, ["h13", "h15"]).entries}
     assert classes == {"reorder"}
