@@ -1,4 +1,9 @@
-"""Published silicon timings (``data/silicon_calibration.csv``) as graphs to estimate.
+"""Published silicon timings as graphs to estimate.
+
+Two bundled files: ``data/silicon_calibration.csv`` (a copy of the spec's reference
+timings: M1, M2 Pro, M5 Pro) and ``data/silicon_published.csv`` (further published
+timings on other chips, collected from public benchmark results with the source of every
+row; repeated runs of one shape by one method are merged into their median).
 
 Each row is a GEMM ``x[M,K] @ W[K,N]`` or a chain of ``layers`` "same"-padded stride-1
 convolutions, with the chip (marketing name) and the measured latency. This module
@@ -50,10 +55,15 @@ class SiliconRow:
         )
 
 
-def load_rows(text: str | None = None) -> list[SiliconRow]:
-    """Parse the bundled CSV (or ``text`` in the same format)."""
+CALIBRATION = "silicon_calibration.csv"
+PUBLISHED = "silicon_published.csv"
+
+
+def load_rows(text: str | None = None, bundled: str = CALIBRATION) -> list[SiliconRow]:
+    """Parse ``text`` (CSV in the calibration format) or, without it, the bundled file
+    ``bundled`` (:data:`CALIBRATION` or :data:`PUBLISHED`)."""
     if text is None:
-        text = resources.files("aneforge.data").joinpath("silicon_calibration.csv").read_text()
+        text = resources.files("aneforge.data").joinpath(bundled).read_text()
     rows = []
     for r in csv.DictReader(io.StringIO(text)):
         dims = {

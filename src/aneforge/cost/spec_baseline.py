@@ -5,7 +5,10 @@ silicon anchors of spec 000: h13 (M1) peak 3.25 TFLOP/s, BW 9.0 GB/s, overhead 0
 h14 (M2 Pro) peak 7.24 TFLOP/s with the ramp ``peak * min(1, (flops / 1.8e10) ** 0.38)``,
 its BW and overhead scaled from h13 by the spec's rules (BW by core count, overhead by
 clock); h17s (M5) BW 57 GB/s, floor 110 us, peak 8.9 TFLOP/s. Bytes are the generic
-(inputs + weights + output) x 2 of every node.
+(inputs + weights + output) x 2 of every node. Every other architecture takes its
+anchor (:func:`aneforge.targets.anchor_for`) scaled by the spec's rules: overhead by the
+operating clock, bandwidth by the core count, peak (and the ramp's F) by cores x
+effective clock.
 
 Example:
     >>> import numpy as np, aneforge as af
@@ -17,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+from ..targets.projection import anchor_for
 from ..targets.table import get_target
 from .roofline import node_bytes, node_flops
 
@@ -34,11 +38,32 @@ SPEC_ANCHORS = {
 }
 
 
+def spec_constants(arch: str) -> tuple:
+    """(overhead us, peak flop/us, bw bytes/us, ramp or None) of the spec formula on
+    ``arch``: its anchor's constants scaled to the chip by the spec's rules.
+
+    Example:
+        >>> spec_constants("h13") == SPEC_ANCHORS["h13"]
+        True
+    """
+    t = get_target(arch)
+    anchor, _ = anchor_for(t)
+    overhead, peak, bw, ramp = SPEC_ANCHORS[anchor]
+    a = get_target(anchor)
+    compute = (t.cores * t.eff_clock_hz) / (a.cores * a.eff_clock_hz)
+    return (
+        overhead * a.clock_hz / t.clock_hz,
+        peak * compute,
+        bw * t.cores / a.cores,
+        (ramp[0] * compute, ramp[1]) if ramp else None,
+    )
+
+
 def spec_estimate_us(out, arch: str) -> float:
-    """The spec formula's estimate (microseconds) of ``out`` on anchor ``arch``."""
+    """The spec formula's estimate (microseconds) of ``out`` on ``arch``."""
     from ..compiler.compile import _as_outputs, build_program
 
-    overhead, peak, bw, ramp = SPEC_ANCHORS[arch]
+    overhead, peak, bw, ramp = spec_constants(arch)
     prog = build_program(_as_outputs(out))
     total = 0.0
     for region in prog.fused_regions:
