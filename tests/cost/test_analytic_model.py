@@ -2,6 +2,7 @@
 
 import importlib.util
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,11 +11,15 @@ import pytest
 import aneforge as af
 from aneforge.compiler.compile import build_program
 from aneforge.cost.analytic import analytic_estimate, chip_constants, fitted_params
-from aneforge.cost.silicon import build_workload, chip_arch, error_factors, load_rows
+from aneforge.cost.silicon import PUBLISHED, build_workload, chip_arch, error_factors, load_rows
 from aneforge.cost.spec_baseline import spec_estimate_us
 from aneforge.targets.table import all_targets, get_target
 
 ROOT = Path(__file__).resolve().parents[2]
+# The published timings on other chips (data/silicon_published.csv) come from several
+# measurement methods whose dispatch floors differ by up to 3x on one chip, so no single
+# model meets them as tightly as the calibration file; this bounds the fit's error there.
+PUBLISHED_GEOMEAN_BOUND = 1.6
 
 
 def test_accuracy_targets_on_the_published_timings():
@@ -44,16 +49,22 @@ def test_every_target_gets_a_finite_positive_estimate(arch):
     assert math.isfinite(t) and t > 0
 
 
-def test_scaling_rules_follow_the_spec():
+def test_scaling_rules_follow_the_chip_parameters():
+    # The spec's rules, with the core count entering compute through a fitted power.
     p = fitted_params()
     m1, m5 = get_target("h13"), get_target("h17s")
     c1, c5 = chip_constants(m1), chip_constants(m5)
     assert c5.overhead_us == pytest.approx(c1.overhead_us * m1.clock_hz / m5.clock_hz)
-    ratio = (m5.cores * m5.eff_clock_hz) / (m1.cores * m1.eff_clock_hz)
+    cores = m5.cores / m1.cores
+    ratio = cores**p.compute_core_exponent * m5.eff_clock_hz / m1.eff_clock_hz
     assert c5.peak_flops_per_us == pytest.approx(c1.peak_flops_per_us * ratio)
-    bw = (m5.cores / m1.cores) ** p.bw_core_exponent
+    assert c5.ramp_flops == pytest.approx(c1.ramp_flops * ratio)
+    bw = cores**p.bw_core_exponent
     assert c5.bw_data == pytest.approx(c1.bw_data * bw)
     assert c5.bw_kernel == pytest.approx(c1.bw_kernel * bw)
+    assert c5.kernel_buffer_bytes == pytest.approx(c1.kernel_buffer_bytes * bw)
+    assert c5.restream_bw == c1.restream_bw  # the shared fabric, not the cores' DMA
+    assert 0 < p.matmul_peak_fraction <= 1
 
 
 def test_a_cut_costs_the_same_on_every_chip():
@@ -81,12 +92,41 @@ def test_fused_intermediates_are_not_charged_as_traffic():
     assert t2 < 2 * t1  # one dispatch, no round trip of the intermediate
 
 
-def test_the_fit_script_reproduces_the_bundled_constants():
-    spec = importlib.util.spec_from_file_location("fit", ROOT / "scripts" / "fit_analytic.py")
+def test_the_bundled_constants_are_the_fit_scripts_optimum(monkeypatch):
+    # Moving any one fitted constant by 2% either way does not improve the script's
+    # objective: the bundled file is what scripts/fit_analytic.py converged to.
+    script = ROOT / "scripts" / "fit_analytic.py"
+    spec = importlib.util.spec_from_file_location("fit_analytic", script)
     fit = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, fit)  # its dataclass looks itself up
     spec.loader.exec_module(fit)
-    vec = fit.fit(fit.problems())
-    got = fit.params_of(vec)
-    want = fitted_params()
-    for name in fit.NAMES:
-        assert getattr(got, name) == pytest.approx(getattr(want, name), rel=1e-3), name
+    probs = fit.problems()
+    w = fit.weights(probs)
+    cal = np.array([q.group[0] == fit.CALIBRATION for q in probs])
+    p = fitted_params()
+    vec = np.log([getattr(p, n) for n in fit.NAMES])
+    best = fit.objective(vec, probs, w, cal)
+    for i, name in enumerate(fit.NAMES):
+        lo, hi = fit.LOG_BOUNDS[i]
+        for step in (-0.02, 0.02):
+            moved = vec.copy()
+            moved[i] = min(max(moved[i] + step, lo), hi)
+            assert fit.objective(moved, probs, w, cal) >= best - 1e-3, name
+
+
+def test_the_model_generalizes_to_the_other_published_chips():
+    rows = load_rows(bundled=PUBLISHED)
+    assert len({r.chip for r in rows}) >= 9
+    pairs = [(af.estimate(build_workload(r), target=chip_arch(r.chip)), r.latency_us) for r in rows]
+    geo, worst = error_factors(pairs)
+    assert geo <= PUBLISHED_GEOMEAN_BOUND, geo
+
+
+@pytest.mark.parametrize("arch", [t.arch for t in all_targets() if t.family >= 2])
+def test_the_spec_baseline_scales_to_every_target(arch):
+    # The spec's formula from its anchors, by its rules: more cores x clock is never slower.
+    x = af.input((256, 1024))
+    y = x @ np.zeros((1024, 1024), np.float16)
+    t = spec_estimate_us(y, arch)
+    assert math.isfinite(t) and t > 0
+    assert spec_estimate_us(y, "h17c") <= spec_estimate_us(y, "h17s")

@@ -28,7 +28,7 @@ EXPECTED = {
     1: ("h13", "extrapolated"),  # no MIL path: the nearest anchor above
     2: ("h13", "silicon-anchored"),
     3: ("h14", "silicon-anchored"),
-    4: ("h14", "extrapolated"),  # A15, no M3 silicon: the A14 anchor below
+    4: ("h14", "extrapolated"),  # A15, no spec anchor: the A14 anchor below
     5: ("h17s", "silicon-anchored"),  # the A16 tier folds H16/H17* into h17s
 }
 
@@ -109,7 +109,7 @@ def test_provenance_of_every_architecture(arch):
 
 
 def test_provenance_takes_marketing_names():
-    assert estimate_provenance("M3 Max")["arch"] == "h15"
+    assert estimate_provenance("M3 Max")["arch"] == "h15c"
     assert estimate_provenance("M3 Max")["kind"] == "extrapolated"
     assert anchor_for("M4 Pro") == ("h17s", "silicon-anchored")
 
@@ -143,3 +143,14 @@ def test_the_docs_peak_table_matches_project_peak():
             ]
         )
     assert rows == want
+
+
+def test_units_divide_the_cores_by_the_curves_multiplier():
+    from aneforge.targets.table import all_targets, get_target
+
+    raw = json.loads(resources.files("aneforge.data").joinpath("chip_curves.json").read_text())
+    for t in all_targets():
+        curve = raw["chips"][t.curve_from]
+        assert t.mult == curve["mult"] and t.units == t.cores / curve["mult"]
+    assert get_target("h15c").units == 16 == get_target("h16s").units
+    assert get_target("h13").units == 4

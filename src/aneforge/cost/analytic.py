@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+import numpy as np
+
 from ..numerics.compression import weight_stream_bytes
 from ..targets.table import Target, get_target
 from .bridge import bridge_cost_us
@@ -49,6 +51,7 @@ from .calibration import constants
 from .roofline import node_flops
 
 M1_ARCH = "h13"
+MATMUL_OPS = ("matmul", "linear", "bmm")
 FP16 = 2
 
 
@@ -64,6 +67,9 @@ class AnalyticParams:
     ramp_flops: float  # F: flops at which one op reaches peak utilization
     ramp_exponent: float  # q of the utilization ramp
     kernel_buffer_bytes: float  # on-chip weight (kernel) buffer S
+    compute_core_exponent: float = 1.0  # peak scales as (cores / 4) ** this x eff clock
+    restream_bytes_per_us: float | None = None  # re-streamed slices' path (None: bw_data)
+    matmul_peak_fraction: float = 1.0  # matmul/linear run at this fraction of the conv peak
     swap_rows: int = 16  # a matmul with at most this many rows may swap roles
 
 
@@ -87,15 +93,18 @@ class ChipConstants:
     ramp_exponent: float
     kernel_buffer_bytes: float
     swap_rows: int
+    matmul_peak_fraction: float = 1.0
+    restream_bw: float = math.inf
 
 
 def chip_constants(target: Target, p: AnalyticParams | None = None) -> ChipConstants:
     """Scale the M1-anchored constants to ``target`` (see the module docstring)."""
     p = p or fitted_params()
     m1 = get_target(M1_ARCH)
-    compute = (target.cores * target.eff_clock_hz) / (m1.cores * m1.eff_clock_hz)
+    units = target.units / m1.units
+    compute = units**p.compute_core_exponent * (target.eff_clock_hz / m1.eff_clock_hz)
     clock = target.clock_hz / m1.clock_hz
-    bw = (target.cores / m1.cores) ** p.bw_core_exponent
+    bw = units**p.bw_core_exponent
     return ChipConstants(
         target.arch,
         p.overhead_us / clock,
@@ -106,6 +115,8 @@ def chip_constants(target: Target, p: AnalyticParams | None = None) -> ChipConst
         p.ramp_exponent,
         p.kernel_buffer_bytes * bw,
         p.swap_rows,
+        p.matmul_peak_fraction,
+        p.restream_bytes_per_us or p.bw_data_bytes_per_us * bw,
     )
 
 
@@ -114,46 +125,90 @@ def _rows(node) -> int:
     return math.prod(node.srcs[0].shape[:-1]) if node.srcs[0].ndim > 1 else 1
 
 
-def node_terms(node, c: ChipConstants, inside=frozenset(), resident=False) -> dict:
-    """One node's compute and memory time (us) on chip ``c`` within a fused region.
+@dataclass(frozen=True)
+class RegionLoad:
+    """What one fused region asks of a chip, whatever the constants: per node (arrays in
+    the region's order) its flops, streamed weight bytes, input activation bytes read
+    from memory, output bytes written out, and whether it is a GEMV that may swap roles.
+    Computed once per (program, family); :func:`region_time_us` prices it on a chip."""
 
-    ``inside``: ids of the region's nodes (their values are on chip); ``resident``: the
-    node's output is only read inside the region, so it is never written out.
-    """
-    flops = node_flops(node)
-    compute = 0.0
-    if flops:
-        util = min(1.0, (flops / c.ramp_flops) ** c.ramp_exponent)
-        compute = flops / (c.peak_flops_per_us * util)
-    family = get_target(c.arch).family  # encodings it does not stream cost fp16 bytes
-    w = float(sum(weight_stream_bytes(s, family) for s in node.srcs if s.op == "weight"))
-    acts_in = sum(FP16 * s.size for s in node.srcs if s.op != "weight" and id(s) not in inside)
-    data = acts_in + (0.0 if resident else FP16 * node.size)
-    if w > c.kernel_buffer_bytes:  # the input is streamed once per weight slice
-        data += acts_in * (math.ceil(w / c.kernel_buffer_bytes) - 1)
-    memory = w / c.bw_kernel + data / c.bw_data
-    if w and node.op in ("matmul", "linear") and _rows(node) <= c.swap_rows:
-        memory = min(memory, w / c.bw_data + data / c.bw_kernel)  # GEMV: roles swapped
-    return {"node": node, "compute_us": compute, "memory_us": memory}
+    nodes: tuple
+    flops: np.ndarray
+    weight_bytes: np.ndarray
+    acts_in: np.ndarray
+    out_bytes: np.ndarray
+    swappable: np.ndarray
+    matmul: np.ndarray
 
 
-def region_time_us(nodes, c: ChipConstants, outputs=frozenset()) -> dict:
-    """One fused region's time and its parts on chip ``c``.
+def region_load(nodes, family: int, outputs=frozenset(), swap_rows: int = 16) -> RegionLoad:
+    """The :class:`RegionLoad` of ``nodes`` (one fused region) on a chip of ``family``.
 
-    ``outputs`` holds the ids of nodes read after the region (program outputs, bridge
-    inputs): those are written out even when also used inside. ``bound`` is 'floor'
-    when the per-program overhead exceeds both the compute and the memory time.
+    A node's value stays on chip (no traffic) when read inside the region and not in
+    ``outputs`` (ids of nodes read after the region); weights cost their encoded bytes
+    where ``family`` streams the encoding natively, else fp16.
     """
     inside = {id(n) for n in nodes}
     used_inside = {id(s) for n in nodes for s in n.srcs if id(s) in inside}
-    terms = [node_terms(n, c, inside, id(n) in used_inside and id(n) not in outputs) for n in nodes]
-    compute = sum(t["compute_us"] for t in terms)
-    memory = sum(t["memory_us"] for t in terms)
-    work = max(compute, memory)
+    cols = []
+    for n in nodes:
+        resident = id(n) in used_inside and id(n) not in outputs
+        cols.append((
+            node_flops(n),
+            float(sum(weight_stream_bytes(s, family) for s in n.srcs if s.op == "weight")),
+            FP16 * sum(s.size for s in n.srcs if s.op != "weight" and id(s) not in inside),
+            0.0 if resident else FP16 * n.size,
+            n.op in ("matmul", "linear") and _rows(n) <= swap_rows,
+            n.op in MATMUL_OPS,
+        ))  # fmt: skip
+    flops, w, acts, out, swap, mm = (np.array(c, dtype=float) for c in zip(*cols))
+    return RegionLoad(tuple(nodes), flops, w, acts, out, swap.astype(bool), mm.astype(bool))
+
+
+def load_terms(load: RegionLoad, c: ChipConstants) -> tuple[np.ndarray, np.ndarray]:
+    """Per-node (compute us, memory us) of ``load`` on chip ``c``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        util = np.minimum(1.0, (load.flops / c.ramp_flops) ** c.ramp_exponent)
+        peak = c.peak_flops_per_us * np.where(load.matmul, c.matmul_peak_fraction, 1.0)
+        compute = np.where(load.flops > 0, load.flops / (peak * util), 0.0)
+    w = load.weight_bytes
+    slices = np.where(w > c.kernel_buffer_bytes, np.ceil(w / c.kernel_buffer_bytes), 1.0)
+    data = load.acts_in + load.out_bytes
+    restream = load.acts_in * (slices - 1)  # the input streams again for every further slice
+    memory = w / c.bw_kernel + data / c.bw_data + restream / c.restream_bw
+    swapped = w / c.bw_data + data / c.bw_kernel + restream / c.restream_bw  # GEMV: roles swap
+    memory = np.where(load.swappable & (w > 0), np.minimum(memory, swapped), memory)
+    return compute, memory
+
+
+def node_terms(node, c: ChipConstants) -> dict:
+    """One node's compute and memory time (us) on chip ``c`` as a region of its own
+    (inputs read from memory, output written back)."""
+    compute, memory = load_terms(region_load([node], get_target(c.arch).family), c)
+    return {"node": node, "compute_us": float(compute[0]), "memory_us": float(memory[0])}
+
+
+def region_time_us(nodes, c: ChipConstants, outputs=frozenset(), load=None) -> dict:
+    """One fused region's time and its parts on chip ``c``.
+
+    ``outputs`` holds the ids of nodes read after the region (program outputs, bridge
+    inputs): those are written out even when also used inside. ``load`` is the region's
+    precomputed :class:`RegionLoad` (computed here when not given). ``bound`` is
+    'floor' when the per-program overhead exceeds both the compute and the memory time.
+    """
+    if load is None:
+        load = region_load(nodes, get_target(c.arch).family, outputs, c.swap_rows)
+    node_compute, node_memory = load_terms(load, c)
+    compute, memory = float(node_compute.sum()), float(node_memory.sum())
+    work = max(compute, memory)  # the region's time is c.overhead_us + work
     if c.overhead_us >= work:
         bound = "floor"
     else:
         bound = "compute" if compute >= memory else "bandwidth"
+    terms = [
+        {"node": n, "compute_us": float(a), "memory_us": float(b)}
+        for n, a, b in zip(load.nodes, node_compute, node_memory)
+    ]
     return {
         "time_us": c.overhead_us + work,
         "overhead_us": c.overhead_us,
@@ -164,23 +219,52 @@ def region_time_us(nodes, c: ChipConstants, outputs=frozenset()) -> dict:
     }
 
 
-def analytic_estimate(prog, target: Target, p: AnalyticParams | None = None) -> dict:
-    """Estimate of a Program on ``target``: total microseconds and per-region parts."""
-    c = chip_constants(target, p)
-    regions = []
-    total = 0.0
+def program_loads(prog, family: int, swap_rows: int = 16) -> list:
+    """Per region of ``prog``, what it asks of a chip of ``family`` whatever the
+    constants: a :class:`RegionLoad` for a fused region, the cut's time (us) for a
+    bridge. Pass it to :func:`analytic_estimate` to price many constants quickly."""
     later = {id(t) for t in prog.outputs}
     for region in prog.regions:
         if region.kind == "bridge":
             later.update(id(s) for s in region.nodes[0].srcs)
+    loads = []
     for region in prog.regions:
         if region.kind == "bridge":
             node = region.nodes[0]
-            t = constants().cut_us + (bridge_cost_us(node) or 0.0)
-            regions.append({"kind": "bridge", "op": node.op, "time_us": t, "bound": "cut"})
+            loads.append((node.op, constants().cut_us + (bridge_cost_us(node) or 0.0)))
         else:
-            r = region_time_us(region.nodes, c, later)
-            regions.append(dict(r, kind="fused"))
-            t = r["time_us"]
-        total += t
+            loads.append(region_load(region.nodes, family, later, swap_rows))
+    return loads
+
+
+def program_time_us(loads, c: ChipConstants) -> float:
+    """Total time (us) of a program given as its :func:`program_loads`, on chip ``c``:
+    the sum of :func:`region_time_us` without the per-part bookkeeping (for fitting)."""
+    total = 0.0
+    for load in loads:
+        if isinstance(load, RegionLoad):
+            compute, memory = load_terms(load, c)
+            total += c.overhead_us + max(float(compute.sum()), float(memory.sum()))
+        else:
+            total += load[1]
+    return total
+
+
+def analytic_estimate(prog, target: Target, p: AnalyticParams | None = None, loads=None) -> dict:
+    """Estimate of a Program on ``target``: total microseconds and per-region parts.
+
+    ``loads``: the program's :func:`program_loads` for ``target``'s family, if already
+    computed (the fitter prices one program under many constants).
+    """
+    c = chip_constants(target, p)
+    if loads is None:
+        loads = program_loads(prog, target.family, c.swap_rows)
+    regions = []
+    for load in loads:
+        if isinstance(load, RegionLoad):
+            regions.append(dict(region_time_us(load.nodes, c, load=load), kind="fused"))
+        else:
+            op, t = load
+            regions.append({"kind": "bridge", "op": op, "time_us": t, "bound": "cut"})
+    total = sum(r["time_us"] for r in regions)
     return {"total_us": total, "regions": regions, "arch": target.arch, "constants": c}

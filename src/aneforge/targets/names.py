@@ -13,7 +13,7 @@ name (``'M1'``, ``'m4 max'``, ``'A17-Pro'``), case-, space- and hyphen-insensiti
 Example:
     >>> from aneforge.targets.names import resolve_target
     >>> resolve_target("m4 max").arch, resolve_target("H17s").arch
-    ('h16', 'h17s')
+    ('h16s', 'h17s')
 """
 
 from __future__ import annotations
@@ -84,6 +84,21 @@ EVIDENCE: dict[str, str] = {
         "would put them on a larger rung whose curve projects several times the base chip's "
         "speed, which the published ratings do not show."
     ),
+    "measured-m3": (
+        "Published timings put the M3 Pro and M3 Ultra with the M4 family: deep 1x1-conv "
+        "chains peak at 10.0 TFLOP/s on an M3 Pro against 10.9-12.6 on M4 Pro and Max, and "
+        "the M3 Ultra's chain sweep runs within 1.5x of the M4 Max's "
+        "(data/silicon_published.csv). Generation 15's Mac-class curve is h15c: 32 cores "
+        "with the curves' only multiplier of 2, read as two 16-unit halves, so it models "
+        "like the 16-unit h16s; the 4-core h15 would model them ~4x slower."
+    ),
+    "measured-m4": (
+        "Published timings put the M4 family with the M5, not with a 4-core rung: in the "
+        "same GEMM sweeps an M4 Max runs 2048^3 in 1.94 ms and 4096^3 in 20.6 ms, an M5 in "
+        "1.99 and 19.0 ms; deep 1x1-conv chains peak at 10.9-12.6 TFLOP/s on the M4 Pro "
+        "and Max and 12.2-12.4 on the M5 (data/silicon_published.csv). h16s carries "
+        "h17s's curve (16 cores, 2.364 GHz); the 4-core h16 would model them ~4x slower."
+    ),
     "suffix": (
         "Suffix ladder of the compiler targets (cores: bare 4, g 8, s 16, c 32, d 64); "
         "with the M5 Pro measured as s, c is read as the Max die and d as the two-die "
@@ -95,9 +110,9 @@ _A12 = "The A12's engine (hollance/neural-engine)."
 _H18 = "h18 has no curve of its own: it folds to h17s, which overstates a phone."
 _M5 = (
     "The spec calls its h17s anchor 'M5', but the silicon behind it is an M5 Pro. Apple "
-    "gives M5 and M5 Pro the same 16-core engine, yet the cores field scales with die "
-    "size (bare 4, s 16), so the base M5 die is probably a smaller rung (h17 or h17g); "
-    "kept on h17s so that 'M5' reaches the spec's anchor."
+    "gives M5 and M5 Pro the same 16-core engine, and published GEMM sweeps of a base M5 "
+    "run within 1.2x of the M5 Pro's (data/silicon_published.csv), so the base M5 shares "
+    "h17s."
 )
 
 MARKETING: tuple[MarketingName, ...] = (
@@ -125,28 +140,20 @@ MARKETING: tuple[MarketingName, ...] = (
     MarketingName("M2 Max", "h14", True, "m2-big"),
     MarketingName("M2 Ultra", "h14", True, "m2-big"),
     # -- M3 (H15) ------------------------------------------------------------------------
-    MarketingName("M3", "h15", True, "m-ladder"),
-    MarketingName("M3 Pro", "h15", True, "same-engine", "Apple: 18 TOPS, as the M3."),
-    MarketingName(
-        "M3 Max",
-        "h15",
-        True,
-        "same-engine",
-        "The suffix ladder reads h15c, whose 32-core curve projects ~9.5x an M3 while "
-        "ANEMLL-bench measures an M3 Max at ~2x; h15 is the closer model.",
-    ),
+    MarketingName("M3", "h15c", True, "measured-m3", "Apple: 18 TOPS, as the M3 Pro."),
+    MarketingName("M3 Pro", "h15c", True, "measured-m3", "Apple: 18 TOPS, as the M3."),
+    MarketingName("M3 Max", "h15c", True, "measured-m3", "The suffix ladder reads h15c too."),
     MarketingName(
         "M3 Ultra",
-        "h15",
+        "h15c",
         True,
-        "same-engine",
-        "Two M3 Max dies (2x engines); no rung of generation 15 projects 2x, and h15c's "
-        "~9.5x is further off than h15's 1x.",
+        "measured-m3",
+        "Two M3 Max dies; its published timings match one M4 Max, so one die's rung.",
     ),
     # -- M4 (H16) ------------------------------------------------------------------------
-    MarketingName("M4", "h16", True, "m-ladder"),
-    MarketingName("M4 Pro", "h16", True, "same-engine", "Apple: 38 TOPS, as the M4."),
-    MarketingName("M4 Max", "h16", True, "same-engine", "Apple: 38 TOPS, as the M4."),
+    MarketingName("M4", "h16s", True, "measured-m4", "Its own sweep runs 1.3-1.8x the M4 Max."),
+    MarketingName("M4 Pro", "h16s", True, "measured-m4", "Apple: 38 TOPS, as the M4."),
+    MarketingName("M4 Max", "h16s", True, "measured-m4", "Apple: 38 TOPS, as the M4."),
     # -- M5 (H17) ------------------------------------------------------------------------
     MarketingName("M5", "h17s", True, "spec", _M5),
     MarketingName(
@@ -181,15 +188,7 @@ UNMAPPED: dict[str, str] = {
         "A 1-core, 0.5 GHz efficiency engine (A16 ops, A13-sized dims); plausibly a "
         "wearable or accessory SoC, but no product evidenced."
     ),
-    "h15g": "A rung of generation 15 with no curve of its own; the M3 Pro is modelled on h15.",
-    "h15c": (
-        "Generation 15's 32-core Mac-class curve; the suffix ladder reads it as the M3 Max, "
-        "but its projection (~9.5x an M3) contradicts the published ratings."
-    ),
-    "h16s": (
-        "Generation 16's 16-core curve; the suffix ladder reads it as the M4 Pro, which "
-        "Apple rates as the M4 (modelled on h16)."
-    ),
+    "h15g": "A rung of generation 15 with no curve of its own; no product evidenced.",
     "h16c": "A rung of generation 16 with no curve of its own; no product evidenced.",
     "h16g": "A rung of generation 16 with no curve of its own; no product evidenced.",
     "h17a": "The 'a' suffix is not deciphered; no product evidenced.",

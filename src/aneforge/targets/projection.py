@@ -5,7 +5,7 @@ Spec 000 anchors the analytic per-chip model to three measured chips, :data:`ANC
 family 3) and h17s (M5 Pro, family 5). :func:`anchor_for` names the anchor an
 architecture is scaled from: its own family's anchor when the family owns one
 ("silicon-anchored"), else the nearest anchor below it, else the nearest above
-("extrapolated"): family 4 (A15 tier, no M3 silicon yet) from h14, family 1 (no MIL
+("extrapolated"): family 4 (A15 tier, no spec anchor) from h14, family 1 (no MIL
 path) from h13.
 
 :func:`project_peak` projects the fp16 peak of any architecture from the one measured
@@ -91,7 +91,7 @@ def estimate_provenance(arch: str | Target) -> dict:
     Example:
         >>> p = estimate_provenance("M3 Max")
         >>> p["arch"], p["kind"], p["anchor"]
-        ('h15', 'extrapolated', 'h14')
+        ('h15c', 'extrapolated', 'h14')
     """
     t = resolve_target(arch)
     anchor, kind = anchor_for(t)
@@ -116,9 +116,10 @@ def estimate_provenance(arch: str | Target) -> dict:
         )
     else:
         reason = (
-            f"family {t.family} ({t.tier} tier) has no silicon anchor (no M3 silicon "
-            f"yet): extrapolated from {label}, the nearest anchor below (family {a_fam}, "
-            f"{a_tier} tier), by its cores and effective clock"
+            f"family {t.family} ({t.tier} tier) has no spec silicon anchor (published M3 "
+            f"Pro and M3 Ultra timings do enter the fit): extrapolated from {label}, the "
+            f"nearest anchor below (family {a_fam}, {a_tier} tier), by its cores and "
+            f"effective clock"
         )
     if t.curve_from != t.arch:
         reason += f"; {t.arch} has no curve of its own and uses {t.curve_from}'s"

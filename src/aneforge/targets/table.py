@@ -43,6 +43,14 @@ class Target:
     clock_hz: float  # operating clock, 0.8 * fmax
     eff_clock_hz: float  # the engine's effective clock at that operating point
     curve_from: str  # the architecture whose measured curve these figures are
+    mult: int = 1  # the curve's multiplier field (2 on h15c only)
+
+    @property
+    def units(self) -> float:
+        """The cost model's parallel units: ``cores / mult``. The curves' one ``mult`` of 2
+        (h15c, 32 cores) reads as two 16-unit halves, which is what published M3 Pro and
+        M3 Ultra timings show (docs/targets.md); every other curve has ``mult`` 1."""
+        return self.cores / self.mult
 
     @property
     def tier(self) -> str:
@@ -80,7 +88,14 @@ def get_target(arch: str) -> Target:
             src = _curve_source(key, family)
             c = _curves()[src]
             return Target(
-                key, family, c["cores"], c["fmax_hz"], c["clock_hz"], c["eff_clock_hz"], src
+                key,
+                family,
+                c["cores"],
+                c["fmax_hz"],
+                c["clock_hz"],
+                c["eff_clock_hz"],
+                src,
+                c.get("mult", 1),
             )
     raise KeyError(arch)
 
