@@ -210,11 +210,14 @@ def report(probs, errs, title) -> dict:
     by_chip = {}
     for i, q in enumerate(probs):
         by_chip.setdefault((q.row.chip, q.target.arch), []).append(errs[i])
+    chips = {}
     for (chip, arch), e in sorted(by_chip.items()):
         geo, worst = summary(np.array(e))
         bias = math.exp(float(np.mean(e)))
         line = f"    {chip:<9} {arch:<5} rows {len(e):3d}  geo {geo:.2f}x  worst {worst:.2f}x"
         print(f"{line}  bias {bias:.2f}")
+        chips[chip] = {"arch": arch, "rows": len(e), "geomean_error": geo, "worst_error": worst}
+    out["chips"] = chips
     return out
 
 

@@ -158,14 +158,15 @@ def _targets_table(rep: dict):
     from rich.table import Table
 
     table = Table(title=f"{rep['model']}: estimated latency per target (analytic model)")
-    for col in ("target", "arch", "family", "latency", "bound", "dominant nodes"):
+    for col in ("target", "arch", "family", "latency", "model error", "bound", "dominant nodes"):
         table.add_column(col, justify="left" if col == "dominant nodes" else "right")
     for t in rep["targets"]:
         nodes = ", ".join(
             f"{n['op']} {'x'.join(map(str, n['shape']))}" for n in t["dominant_nodes"]
         )
+        error = "no data" if t["model_error"] is None else f"~{t['model_error']:.2f}x"
         table.add_row(
-            t["target"], t["arch"], f"F{t['family']}", f"{t['estimate_us']:.0f} us",
+            t["target"], t["arch"], f"F{t['family']}", f"{t['estimate_us']:.0f} us", error,
             t["bound"], nodes,
         )  # fmt: skip
     return table

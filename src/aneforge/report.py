@@ -39,6 +39,7 @@ def target_report(prog, target) -> dict:
     from .compiler.preflight import preflight
 
     findings = preflight(prog, t)
+    error, chips = _published_error(target, t.arch)
     terms = [term for r in fused for term in r["nodes"]]
     terms.sort(key=lambda term: -max(term["compute_us"], term["memory_us"]))
     return {
@@ -58,7 +59,24 @@ def target_report(prog, target) -> dict:
             for term in terms[:3]
         ],
         "preflight": [str(v) for v in findings.violations],
+        "model_error": error,
+        "model_error_chips": chips,
     }
+
+
+def _published_error(target, arch: str) -> tuple[float | None, list[str]]:
+    """The analytic model's typical error factor on published timings for ``target``:
+    the held-out geometric-mean error of the named chip when it has published timings,
+    else the geometric mean over the chips that map to ``arch``; ``None`` without any."""
+    from .targets.names import chip_key
+    from .targets.projection import measured_accuracy
+
+    acc = measured_accuracy(arch)
+    picked = [m for m in acc if chip_key(m["chip"]) == chip_key(str(target))] or acc
+    if not picked:
+        return None, []
+    logs = [np.log(m.get("held_out_geomean_error", m["geomean_error"])) for m in picked]
+    return float(np.exp(np.mean(logs))), [m["chip"] for m in picked]
 
 
 def divergence_report(prog, targets) -> dict:

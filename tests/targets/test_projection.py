@@ -95,7 +95,7 @@ def test_provenance_of_every_architecture(arch):
     t = get_target(arch)
     anchor, kind = EXPECTED[t.family]
     p = estimate_provenance(arch)
-    assert set(p) == {"arch", "family", "kind", "anchor", "reason"}
+    assert set(p) == {"arch", "family", "kind", "anchor", "reason", "measured"}
     assert (p["arch"], p["family"], p["kind"], p["anchor"]) == (arch, t.family, kind, anchor)
     assert anchor_for(arch) == (anchor, kind)
     assert anchor in p["reason"]
@@ -154,3 +154,14 @@ def test_units_divide_the_cores_by_the_curves_multiplier():
         assert t.mult == curve["mult"] and t.units == t.cores / curve["mult"]
     assert get_target("h15c").units == 16 == get_target("h16s").units
     assert get_target("h13").units == 4
+
+
+def test_provenance_carries_the_models_published_accuracy():
+    rows = estimate_provenance("M5 Pro")["measured"]
+    by_chip = {r["chip"]: r for r in rows}
+    assert set(by_chip) == {"M5", "M5 Max", "M5 Pro"}
+    assert by_chip["M5 Pro"]["rows"] == 11
+    for r in rows:
+        assert 1.0 <= r["geomean_error"] <= r["worst_error"]
+        assert r["held_out_geomean_error"] >= 1.0
+    assert estimate_provenance("h11")["measured"] == []

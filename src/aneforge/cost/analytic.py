@@ -5,25 +5,30 @@ Per fused program (region) on chip ``T``::
     t = overhead_T + max(compute_T, memory_T)
 
 - ``compute_T = sum over contractions of flops / (peak_T * u)``, with the utilization
-  ramp ``u = min(1, (flops / F_T) ** q)``: an op too small to fill every core and
-  pipeline runs below peak (spec 000's h14 ramp, applied to every chip).
+  ramp ``u = min(1, (flops / F_T) ** q)``: an op too small to fill every unit and
+  pipeline runs below peak (spec 000's h14 ramp, applied to every chip). matmul, linear
+  and bmm run at a fitted fraction of the convolution peak (the engine is a
+  convolution engine and lowers a matmul less efficiently).
 - ``memory_T``: weights stream through the kernel DMA path at ``bw_kernel_T`` (at their
   encoded bytes where the chip's family streams the encoding natively, else fp16), region
   inputs and outputs through the data path at ``bw_data_T``. Intermediates of a fused
-  region stay on chip (they are never charged) unless larger than the on-chip buffer.
-  A matmul whose activation is a few rows (a GEMV) runs with the roles swapped: the
-  small activation becomes the kernel and the weight streams as data, whichever the
-  compiler finds cheaper.
+  region stay on chip (they are never charged). A matmul whose activation is a few rows
+  (a GEMV) runs with the roles swapped: the small activation becomes the kernel and the
+  weight streams as data, whichever the compiler finds cheaper.
 - Weights larger than the on-chip kernel buffer ``S_T`` are processed in buffer-sized
-  slices, and the input activation is streamed once per slice (large-GEMM falloff).
-  Fused intermediates are assumed resident on chip (never charged): optimistic for
-  intermediates larger than the engine's buffers, which no published timing covers yet.
+  slices, and the input activation is streamed again for every further slice through
+  the shared fabric at ``restream_bw`` (large-GEMM falloff). Fused intermediates are
+  assumed resident on chip: optimistic for intermediates larger than the engine's
+  buffers, which no published timing covers yet.
 
-Chip scaling from the M1 (h13) constants, by the spec's rules: the overhead scales with
-the operating clock, compute with cores x effective clock, bandwidth and on-chip
-capacity with the core count (a fitted exponent). Cuts cost the chip-independent
-``cut_us`` plus the bridge op's measured cost. The constants are fitted by
-``scripts/fit_analytic.py`` against published silicon timings.
+Chip scaling from the M1 (h13) constants, by the spec's rules with the core count taken
+as the chip's parallel units (``Target.units``, cores / the curve's multiplier) and
+entering through fitted powers: the overhead scales with the operating clock, compute
+(and the ramp's F) with ``units ** a`` x effective clock, bandwidth and the kernel
+buffer with ``units ** b``; the re-stream path is chip-independent. Cuts cost the
+chip-independent ``cut_us`` plus the bridge op's measured cost. The constants are fitted
+by ``scripts/fit_analytic.py`` against published silicon timings of twelve chips
+(docs/cost_model.md).
 
 Example:
     >>> import numpy as np, aneforge as af

@@ -200,7 +200,7 @@ UNMAPPED: dict[str, str] = {
 }
 
 
-def _key(name: str) -> str:
+def chip_key(name: str) -> str:
     """The lookup key of a name: lower case, no spaces, hyphens, 'apple' or 'bionic'."""
     key = re.sub(r"[\s\-_]+", "", name.lower())
     key = key.removeprefix("apple")
@@ -211,7 +211,7 @@ def _index() -> dict[str, tuple[str, str]]:
     """key -> (display name, arch) for every architecture and marketing name."""
     index = {a: (a, a) for members in FAMILIES.values() for a in members}
     for row in MARKETING:
-        index[_key(row.name)] = (row.name, row.arch)
+        index[chip_key(row.name)] = (row.name, row.arch)
     return index
 
 
@@ -237,10 +237,10 @@ def resolve_target(name: str | Target) -> Target:
             f"target must be an architecture or chip name string such as 'h13' or 'M1', "
             f"got {name!r}; af.targets() lists them."
         )
-    hit = _INDEX.get(_key(name))
+    hit = _INDEX.get(chip_key(name))
     if hit is not None:
         return get_target(hit[1])
-    close = difflib.get_close_matches(_key(name), list(_INDEX), n=5, cutoff=0.6)
+    close = difflib.get_close_matches(chip_key(name), list(_INDEX), n=5, cutoff=0.6)
     shown = ", ".join(repr(_INDEX[k][0]) for k in close) or "none"
     raise OptionError(
         f"unknown target {name!r}: not an engine architecture or chip name aneforge "

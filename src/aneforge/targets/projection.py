@@ -20,6 +20,10 @@ Example:
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
+from importlib import resources
+
 from .names import resolve_target
 from .table import Target, get_target
 
@@ -85,8 +89,11 @@ def anchor_for(arch: str | Target) -> tuple[str, str]:
 def estimate_provenance(arch: str | Target) -> dict:
     """Where a per-chip estimate for ``arch`` comes from.
 
-    Returns ``{"arch", "family", "kind", "anchor", "reason"}``; ``kind`` is
-    ``'silicon-anchored'`` or ``'extrapolated'`` and ``anchor`` the anchor architecture.
+    Returns ``{"arch", "family", "kind", "anchor", "reason", "measured"}``; ``kind`` is
+    ``'silicon-anchored'`` or ``'extrapolated'`` and ``anchor`` the anchor architecture
+    (spec 000's three anchors). ``measured`` lists, for each chip with published timings
+    that resolves to ``arch``, how far the analytic model lands from them
+    (:func:`measured_accuracy`); it is empty when no published timing covers the arch.
 
     Example:
         >>> p = estimate_provenance("M3 Max")
@@ -123,7 +130,48 @@ def estimate_provenance(arch: str | Target) -> dict:
         )
     if t.curve_from != t.arch:
         reason += f"; {t.arch} has no curve of its own and uses {t.curve_from}'s"
-    return {"arch": t.arch, "family": t.family, "kind": kind, "anchor": anchor, "reason": reason}
+    return {
+        "arch": t.arch,
+        "family": t.family,
+        "kind": kind,
+        "anchor": anchor,
+        "reason": reason,
+        "measured": measured_accuracy(t.arch),
+    }
+
+
+@lru_cache(maxsize=1)
+def _fit_errors() -> dict:
+    text = resources.files("aneforge.data").joinpath("analytic_model.json").read_text()
+    return json.loads(text).get("errors", {})
+
+
+def measured_accuracy(arch: str) -> list[dict]:
+    """How the analytic model scores on the published timings of each chip that maps to
+    ``arch``, from the bundled fit (``scripts/fit_analytic.py``): per chip, its rows and
+    the geometric-mean and worst error factors of the fit, and of a fit that never saw
+    that chip (``held_out_*``, the honest figure for a chip outside the data).
+
+    Example:
+        >>> [m["chip"] for m in measured_accuracy("h17s")]
+        ['M5', 'M5 Max', 'M5 Pro']
+        >>> measured_accuracy("h11")
+        []
+    """
+    errors = _fit_errors()
+    fit = errors.get("fit", {}).get("chips", {})
+    held = errors.get("leave_one_chip_out", {}).get("chips", {})
+    out = []
+    for chip, e in sorted(fit.items()):
+        if e["arch"] != arch:
+            continue
+        row = {"chip": chip, "rows": e["rows"], "geomean_error": e["geomean_error"]}
+        row["worst_error"] = e["worst_error"]
+        if chip in held:
+            row["held_out_geomean_error"] = held[chip]["geomean_error"]
+            row["held_out_worst_error"] = held[chip]["worst_error"]
+        out.append(row)
+    return out
 
 
 def project_peak(arch: str | Target) -> dict:
