@@ -1,10 +1,12 @@
 """Fit the analytic per-chip model's M1-anchored constants to published silicon timings.
 
 The model (``aneforge.cost.analytic``) has one constant per physical effect, each at the
-M1 (h13) anchor and scaled to other chips by the chip's own parameters: dispatch
-overhead (by the operating clock), compute peak (by a fitted power of the core count
-times the effective clock) and its utilization ramp (F, q), data and kernel DMA
-bandwidths and the on-chip buffer (by a fitted power of the core count).
+M1 (h13) anchor and scaled to other chips by the chip's own parameters (its units are
+cores / the curve's multiplier): dispatch overhead (by the operating clock and a fitted
+power of the units), compute peak (by a fitted power of the units times the effective
+clock) with its utilization ramp (F, q) and the matmul fraction of it, data and kernel
+DMA bandwidths and the on-chip buffer (by a fitted power of the units), and the
+chip-independent re-stream path of sliced large GEMMs.
 
 Data: ``src/aneforge/data/silicon_calibration.csv`` (the spec's reference timings, on
 which issue 4 sets the accuracy targets) and ``src/aneforge/data/silicon_published.csv``
@@ -69,6 +71,7 @@ STARTS = [
         "kernel_buffer_bytes": 2.0e6,
         "compute_core_exponent": 0.5,
         "restream_bytes_per_us": 5.0e4,
+        "overhead_unit_exponent": 0.5,
         "matmul_peak_fraction": 0.5,
     },
     {
@@ -82,6 +85,7 @@ STARTS = [
         "kernel_buffer_bytes": 5.0e5,
         "compute_core_exponent": 1.0,
         "restream_bytes_per_us": 2.0e4,
+        "overhead_unit_exponent": 0.2,
         "matmul_peak_fraction": 1.0,
     },
     {
@@ -95,13 +99,14 @@ STARTS = [
         "kernel_buffer_bytes": 8.0e6,
         "compute_core_exponent": 0.3,
         "restream_bytes_per_us": 1.0e5,
+        "overhead_unit_exponent": 1.0,
         "matmul_peak_fraction": 0.3,
     },
 ]
 # Physically plausible ranges (at the M1 anchor); a fit stays inside them.
 BOUNDS = {
     "overhead_us": (20.0, 600.0),  # a dispatch floor of 20-600 us
-    "peak_flops_per_us": (5.0e5, 3.0e7),  # 0.5-30 TFLOP/s
+    "peak_flops_per_us": (5.0e5, 1.1e7),  # 0.5 TFLOP/s to Apple's 11 TOPS rating of the M1
     "bw_data_bytes_per_us": (5.0e3, 5.0e5),  # 5-500 GB/s
     "bw_kernel_bytes_per_us": (2.0e3, 5.0e5),
     "bw_core_exponent": (0.0, 1.5),
@@ -110,6 +115,7 @@ BOUNDS = {
     "kernel_buffer_bytes": (3.2e4, 6.4e7),  # 32 KB - 64 MB on chip
     "compute_core_exponent": (0.0, 1.5),
     "restream_bytes_per_us": (5.0e3, 5.0e5),
+    "overhead_unit_exponent": (0.0, 1.5),
     "matmul_peak_fraction": (0.1, 1.0),  # a matmul is lowered no better than a conv
 }
 
@@ -191,7 +197,26 @@ def fit(probs: list[Problem], starts=None) -> np.ndarray:
         r = minimize(objective, r.x, args=args, method="Powell", bounds=LOG_BOUNDS)
         if best is None or r.fun < best.fun:
             best = r
-    return best.x
+    return pattern_polish(best.x, args)
+
+
+def pattern_polish(vec, args, steps=(0.05, 0.02, 0.01, 0.005)) -> np.ndarray:
+    """Move one log-constant at a time by +-step while that lowers the objective (the
+    worst-row term makes it non-smooth, where Powell can stop short), finest step last."""
+    vec = np.array(vec)
+    best = objective(vec, *args)
+    for step in steps:
+        improved = True
+        while improved:
+            improved = False
+            for i, (lo, hi) in enumerate(LOG_BOUNDS):
+                for delta in (-step, step):
+                    trial = vec.copy()
+                    trial[i] = min(max(trial[i] + delta, lo), hi)
+                    value = objective(trial, *args)
+                    if value < best - 1e-9:
+                        vec, best, improved = trial, value, True
+    return vec
 
 
 def summary(errs: np.ndarray) -> tuple[float, float]:

@@ -23,9 +23,10 @@ Per fused program (region) on chip ``T``::
 
 Chip scaling from the M1 (h13) constants, by the spec's rules with the core count taken
 as the chip's parallel units (``Target.units``, cores / the curve's multiplier) and
-entering through fitted powers: the overhead scales with the operating clock, compute
-(and the ramp's F) with ``units ** a`` x effective clock, bandwidth and the kernel
-buffer with ``units ** b``; the re-stream path is chip-independent. Cuts cost the
+entering through fitted powers: the overhead scales with 1 / operating clock and
+``units ** -c``, compute (and the ramp's F) with ``units ** a`` x effective clock,
+bandwidth and the kernel buffer with ``units ** b``; the re-stream path is
+chip-independent. Cuts cost the
 chip-independent ``cut_us`` plus the bridge op's measured cost. The constants are fitted
 by ``scripts/fit_analytic.py`` against published silicon timings of twelve chips
 (docs/cost_model.md).
@@ -74,6 +75,7 @@ class AnalyticParams:
     kernel_buffer_bytes: float  # on-chip weight (kernel) buffer S
     compute_core_exponent: float = 1.0  # peak scales as (cores / 4) ** this x eff clock
     restream_bytes_per_us: float | None = None  # re-streamed slices' path (None: bw_data)
+    overhead_unit_exponent: float = 0.0  # overhead also scales as units ** -this
     matmul_peak_fraction: float = 1.0  # matmul/linear run at this fraction of the conv peak
     swap_rows: int = 16  # a matmul with at most this many rows may swap roles
 
@@ -112,7 +114,7 @@ def chip_constants(target: Target, p: AnalyticParams | None = None) -> ChipConst
     bw = units**p.bw_core_exponent
     return ChipConstants(
         target.arch,
-        p.overhead_us / clock,
+        p.overhead_us / clock / units**p.overhead_unit_exponent,
         p.peak_flops_per_us * compute,
         p.bw_data_bytes_per_us * bw,
         p.bw_kernel_bytes_per_us * bw,
