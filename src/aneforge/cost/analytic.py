@@ -63,20 +63,21 @@ FP16 = 2
 
 @dataclass(frozen=True)
 class AnalyticParams:
-    """The fitted constants, all at the M1 (h13) anchor."""
+    """The fitted constants, all at the M1 (h13) anchor (4 units). ``units`` below is a
+    chip's ``Target.units`` over the M1's; the defaults reproduce the spec's rules."""
 
     overhead_us: float  # per-program dispatch + firmware round trip
-    peak_flops_per_us: float  # fp16 compute peak
+    peak_flops_per_us: float  # fp16 convolution peak
     bw_data_bytes_per_us: float  # data (activation) DMA bandwidth
     bw_kernel_bytes_per_us: float  # kernel (weight) DMA bandwidth
-    bw_core_exponent: float  # bandwidth and buffer scale as (cores / 4) ** this
+    bw_core_exponent: float  # bandwidth and buffer scale as units ** this
     ramp_flops: float  # F: flops at which one op reaches peak utilization
     ramp_exponent: float  # q of the utilization ramp
     kernel_buffer_bytes: float  # on-chip weight (kernel) buffer S
-    compute_core_exponent: float = 1.0  # peak scales as (cores / 4) ** this x eff clock
+    compute_core_exponent: float = 1.0  # peak scales as units ** this x eff clock
     restream_bytes_per_us: float | None = None  # re-streamed slices' path (None: bw_data)
     overhead_unit_exponent: float = 0.0  # overhead also scales as units ** -this
-    matmul_peak_fraction: float = 1.0  # matmul/linear run at this fraction of the conv peak
+    matmul_peak_fraction: float = 1.0  # matmul/linear/bmm run at this fraction of the peak
     swap_rows: int = 16  # a matmul with at most this many rows may swap roles
 
 
