@@ -22,6 +22,35 @@ FP16_OP_NOISE = 1e-3
 FP16_TINY = 2.0**-24  # smallest fp16 subnormal: the absolute floor of one rounding
 
 
+def _bit_mismatch(got, want) -> np.ndarray:
+    """Where two same-shape fp16 arrays differ in bits (any NaN equals any NaN)."""
+    nan_got, nan_want = np.isnan(got), np.isnan(want)
+    return (nan_got != nan_want) | (
+        ~nan_got & ~nan_want & (got.view(np.uint16) != want.view(np.uint16))
+    )
+
+
+def same_bits(a, b) -> bool:
+    """Equal shapes and fp16 bits, NaN equal to NaN whatever its payload."""
+    a, b = np.asarray(a, np.float16), np.asarray(b, np.float16)
+    return a.shape == b.shape and not _bit_mismatch(a, b).any()
+
+
+def assert_same_bits(got, want):
+    """Both float16, the same shape and the same bits everywhere (any NaN equals any
+    NaN); on failure, say how many differ and show the first as values and bits."""
+    assert got.dtype == np.float16 and want.dtype == np.float16
+    assert got.shape == want.shape
+    bad = _bit_mismatch(got, want)
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise AssertionError(
+            f"{int(bad.sum())} of {bad.size} outputs differ; first at {idx}: "
+            f"got {got[idx]!r} (0x{int(got.view(np.uint16)[idx]):04x}), "
+            f"want {want[idx]!r} (0x{int(want.view(np.uint16)[idx]):04x})"
+        )
+
+
 def fp16_values(rng, shape, scale=1.0):
     """Random normal values already representable in fp16, as float64."""
     return (rng.standard_normal(shape) * scale).astype(np.float16).astype(np.float64)

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import aneforge as af
 from aneforge.emulator import gemm as gemm_backends
 from aneforge.graph.registry import all_ops, get_op
-from conftest import FP16_TINY, FP16_UNIT_ROUNDOFF, FP32_UNIT_ROUNDOFF
+from conftest import FP16_TINY, FP16_UNIT_ROUNDOFF, FP32_UNIT_ROUNDOFF, same_bits
 
 PROFILE = settings(
     deadline=None,
@@ -86,18 +86,6 @@ def finish(m_out: float, err: float) -> float:
 def guard(peak: float, err: float) -> float:
     """``err``, or inf when an intermediate may reach the overflow zone (bound void)."""
     return err if peak < PEAK else math.inf
-
-
-def same_bits(x, y) -> bool:
-    """Equal shapes and fp16 bits, NaN equal to NaN whatever its payload."""
-    x = np.asarray(x, dtype=np.float16)
-    y = np.asarray(y, dtype=np.float16)
-    if x.shape != y.shape:
-        return False
-    nx, ny = np.isnan(x), np.isnan(y)
-    return bool(
-        np.array_equal(nx, ny) and np.array_equal(x.view(np.uint16)[~nx], y.view(np.uint16)[~ny])
-    )
 
 
 def as_list(out):

@@ -19,7 +19,7 @@ from aneforge.emulator.interpreter import execute_fp16
 from aneforge.errors import CrossChipFP16Warning, PreflightError
 from aneforge.graph.ops.bridge import cost_volume, input_view, sdpa
 from aneforge.metrics import ulp_distance
-from conftest import FP16_TINY, FP16_UNIT_ROUNDOFF
+from conftest import FP16_TINY, FP16_UNIT_ROUNDOFF, same_bits
 
 TARGET_SETS = [
     ["h13", "h14"],  # both A13/A14 tier: one route, both saturate
@@ -33,11 +33,6 @@ TARGET_SETS = [
 def outputs_on(out, feeds, arch):
     prog = af.compile(out, opt=0)
     return execute_fp16(prog, [np.asarray(f, np.float16) for f in feeds], target=arch)
-
-
-def same_bits(a, b) -> bool:
-    a, b = np.asarray(a, np.float16), np.asarray(b, np.float16)
-    return np.array_equal(a.view(np.uint16), b.view(np.uint16))
 
 
 # ---- graphs covering every op family, each with inputs of known shape ----------------

@@ -23,6 +23,7 @@ from aneforge.emulator.interpreter import execute_fp16
 from aneforge.errors import PreflightError
 from aneforge.graph.fp16 import narrow_sum, reduction_route
 from aneforge.graph.ops.bridge import input_view, sdpa
+from conftest import same_bits
 
 # One architecture per family with a MIL path: A13 (M1), A14 (M2), A15, A16 (M5) tiers.
 FAMILY_ARCH = {2: "h13", 3: "h14", 4: "h15", 5: "h17s"}
@@ -35,11 +36,6 @@ def run(out, inputs, target=None, fast=True):
     prog = af.compile(out, opt=0)
     feeds = [np.asarray(a, dtype=np.float16) for a in inputs]
     return execute_fp16(prog, feeds, fast=fast, target=target)
-
-
-def same_bits(a, b) -> bool:
-    a, b = np.asarray(a, np.float16), np.asarray(b, np.float16)
-    return a.shape == b.shape and np.array_equal(a.view(np.uint16), b.view(np.uint16))
 
 
 # ---- the table -----------------------------------------------------------------------

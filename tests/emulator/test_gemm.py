@@ -10,28 +10,11 @@ import pytest
 
 import aneforge.emulator.gemm as gemm_module
 from aneforge.emulator.gemm import gemm, gemm_fast, gemm_reference
-from conftest import PORTABLE_ENVS, PORTABLE_IDS, run_python_with_env
+from conftest import PORTABLE_ENVS, PORTABLE_IDS, assert_same_bits, run_python_with_env
 
 SIZES = (1, 7, 33, 255)
 
 # ---- helpers ------------------------------------------------------------------------
-
-
-def assert_same_bits(got, want):
-    """Same shape, float16, and the same bits everywhere (any NaN equals any NaN)."""
-    assert got.dtype == np.float16 and want.dtype == np.float16
-    assert got.shape == want.shape
-    nan_got, nan_want = np.isnan(got), np.isnan(want)
-    bad = (nan_got != nan_want) | (
-        ~nan_got & ~nan_want & (got.view(np.uint16) != want.view(np.uint16))
-    )
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise AssertionError(
-            f"{int(bad.sum())} of {bad.size} outputs differ; first at {idx}: "
-            f"got {got[idx]!r} (0x{int(got.view(np.uint16)[idx]):04x}), "
-            f"want {want[idx]!r} (0x{int(want.view(np.uint16)[idx]):04x})"
-        )
 
 
 def round_to_format(x, significand_bits, min_exponent, max_finite):
