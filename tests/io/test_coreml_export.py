@@ -523,9 +523,9 @@ def test_names_scalars_and_overwrite(tmp_path):
     dtype = load_spec(again).description.input[0].type.multiArrayType
     assert again == path and dtype.dataType == dtype.FLOAT32
     assert [p.name for p in tmp_path.iterdir()] == ["m.mlpackage"]
-    clash = af.input((2,), name="relu_1")  # the name the relu node would get
+    clash = af.input((2,), name="relu 0")  # made identifier-safe: the relu's layer name
     low = lower_program(clash.relu(), output_names=["mul_2"])
-    assert low.input_names == ["relu_1"] and low.nodes[0].name == "relu_1_"
+    assert low.input_names == ["relu_0"] and low.nodes[0].name == "relu_0_"
 
 
 def test_optimize_hands_the_program_to_core_ml_passes(tmp_path):

@@ -12,12 +12,14 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from aneforge.compiler.compile import topological_order
 from aneforge.models import light_models, run_light_model
 from aneforge.models.light import (
     COSINE_BAR,
     FAMILY_TARGETS,
     FILES,
     FP16_MAX,
+    import_model,
     max_activation,
     model_inputs,
     prepare_model,
@@ -94,3 +96,14 @@ def test_unknown_model_names_the_available_ones():
 
     with pytest.raises(OptionError, match="resnet50"):
         run_light_model("resnet5")
+
+
+def test_squeezenet_keeps_its_onnx_node_and_output_names():
+    model, _ = prepare_model("squeezenet", weights="stub", expose_logits=False)
+    graph = import_model(model)
+    want = {n.name: n.op_type for n in model.graph.node if n.op_type in ("Conv", "Relu")}
+    assert len(want) == 26 + 26  # every conv and its relu, named by the converter
+    got = {n.name: n.op for n in topological_order(graph.outputs) if n.name in want}
+    assert got == {name: op.lower() for name, op in want.items()}
+    assert graph.output_names == ["softmaxout_1"]
+    assert graph.compile(opt=0).output_names == ("softmaxout_1",)

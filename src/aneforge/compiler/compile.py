@@ -21,10 +21,17 @@ Example:
 from __future__ import annotations
 
 import gc
+import math
 import warnings
 
-from ..errors import AneforgeWarning, CrossChipFP16Warning, OptionError, PreflightWarning
-from ..graph.tensor import Tensor
+from ..errors import (
+    AneforgeWarning,
+    CrossChipFP16Warning,
+    OptionError,
+    PreflightError,
+    PreflightWarning,
+)
+from ..graph.tensor import Tensor, check_name
 from .program import Program
 
 OPT_LEVELS = ("routes", 0, 1, 2, "max")
@@ -76,14 +83,41 @@ def _as_outputs(outputs) -> tuple[Tensor, ...]:
     return outs
 
 
+def _output_names(outs, output_names) -> tuple:
+    """The outputs' names: ``output_names`` checked, each None (or all, when it is None)
+    standing for the output tensor's own name."""
+    if output_names is None:
+        return tuple(t.name for t in outs)
+    if isinstance(output_names, str) or not isinstance(output_names, (list, tuple)):
+        raise OptionError(
+            f"compile: output_names must be a list of names, one per output, got {output_names!r}"
+        )
+    if len(output_names) != len(outs):
+        raise OptionError(
+            f"compile: output_names has {len(output_names)} name(s) for {len(outs)} "
+            "output(s); give one name (or None) per output"
+        )
+    return tuple(
+        t.name if n is None else check_name(n, "compile output_names")
+        for t, n in zip(outs, output_names)
+    )
+
+
 def _pick_by_estimate(outs):
-    """opt=1: the variant with the lowest estimate (lossless first on ties)."""
+    """opt=1: the variant with the lowest estimate; a lossy one only when it is predicted
+    at least ``MIN_LOSSY_SPEEDUP`` times faster than the best lossless one (the margin
+    the tuner asks of a measured lossy variant)."""
     from ..cost.estimate import estimate
+    from ..optimizer.tune import MIN_LOSSY_SPEEDUP
     from ..optimizer.variants import build_variants
 
     variants = build_variants(outs, lossy=True)
     order = list(variants)
-    name = min(order, key=lambda n: (estimate(list(variants[n].outputs)), order.index(n)))
+    cost = {n: estimate(list(variants[n].outputs)) for n in order}
+    lossless = min((n for n in order if variants[n].lossless), key=lambda n: (cost[n], n))
+    name = min(order, key=lambda n: (cost[n], order.index(n)))
+    if not variants[name].lossless and cost[lossless] < MIN_LOSSY_SPEEDUP * cost[name]:
+        name = lossless
     chosen = variants[name]
     if not chosen.lossless:
         warnings.warn(
@@ -104,6 +138,7 @@ def compile(  # noqa: A001  (public API name)
     int8=False,
     strict=False,
     validate=False,
+    output_names=None,
 ) -> Program:
     """Compile one tensor or a sequence of tensors into a :class:`Program`.
 
@@ -133,6 +168,11 @@ def compile(  # noqa: A001  (public API name)
         strict / validate: raise ``PrecisionError`` instead of warning
             ``PrecisionWarning`` when the static precision-risk signal
             (:func:`aneforge.precision_risk`) exceeds fp16 noise.
+        output_names: one name (a non-empty string, or None for the output's own name)
+            per output, kept as ``prog.output_names`` (the Core ML export's output
+            names); default the outputs' own names. Node names survive every opt
+            level: a pass that replaces a named node by a new one computing the same
+            value gives it the name.
 
     Returns:
         A Program whose nodes are in a deterministic execution order; compiling the same
@@ -154,6 +194,7 @@ def compile(  # noqa: A001  (public API name)
     gc.disable()
     try:
         outs = _as_outputs(outputs)
+        names = _output_names(outs, output_names)
         if isinstance(opt, bool) or opt not in OPT_LEVELS:
             raise OptionError(f"compile: opt must be one of {OPT_LEVELS}, got {opt!r}")
         tgt = None
@@ -169,6 +210,7 @@ def compile(  # noqa: A001  (public API name)
             if tgt is not None:
                 outs, passes = _preflight(outs, tgt)
             prog = tune(list(outs))
+            prog.output_names = names
             prog.passes.update(compression)
             if tgt is not None:
                 prog.target = tgt
@@ -181,7 +223,12 @@ def compile(  # noqa: A001  (public API name)
 
             # With a target the routes are priced by that chip's analytic model.
             def cost(graph):
-                return estimate(graph) if tgt is None else estimate(graph, target=tgt)
+                if tgt is None:
+                    return estimate(graph)
+                try:
+                    return estimate(graph, target=tgt)
+                except PreflightError:  # a route the chip cannot run is never chosen
+                    return math.inf
 
             new, decisions = select_routes(list(outs), cost)
             outs = tuple(new)
@@ -193,6 +240,7 @@ def compile(  # noqa: A001  (public API name)
             outs, found = _preflight(outs, tgt)
             passes.update(found)
         prog = build_program(outs, opt)
+        prog.output_names = names
         prog.target = tgt
         prog.passes = {**compression, **passes}
         if tgt is not None:

@@ -1,13 +1,27 @@
-"""A compiled program: the graph's nodes in execution order, ready to run or inspect."""
+"""A compiled program: the graph's nodes in execution order, ready to run or inspect.
+
+Every node has a layer name (:attr:`Program.layer_names`, from
+:func:`aneforge.graph.naming.layer_names`): the name it was given, else ``{op}_{k}``;
+unique within the program and the same in every process.
+
+Example:
+    >>> import aneforge as af
+    >>> x = af.input((4,), name="x")
+    >>> prog = af.compile(x.exp().relu(name="act"))
+    >>> [prog.layer_name(n) for n in prog.compute_nodes]
+    ['exp_0', 'act']
+"""
 
 from __future__ import annotations
 
 import warnings
 from collections import Counter
+from functools import cached_property
 
 import numpy as np
 
-from ..errors import DTypeError, InputError, PrecisionWarning
+from ..errors import DTypeError, InputError, OptionError, PrecisionWarning
+from ..graph.naming import layer_names, user_name
 from ..graph.registry import get_op
 from ..graph.tensor import Tensor
 
@@ -23,6 +37,10 @@ class Program:
         nodes: every node, sources included, in execution order.
         inputs: the graph inputs in creation order.
         outputs: the output tensors, in the order given to :func:`compile`.
+        output_names: one name (or None) per output: ``compile(output_names=...)``, else
+            the names the output tensors had when they were given to :func:`compile`
+            (an optimizer pass may replace an output node; its name stays here). The
+            Core ML export names its outputs by them.
         opt: the optimization level it was compiled at.
         target: the :class:`~aneforge.targets.table.Target` it was compiled for (None:
             chip-independent). Running it on the emulator uses that target's per-chip
@@ -36,8 +54,13 @@ class Program:
         array([3., 6.], dtype=float32)
     """
 
-    def __init__(self, outputs: tuple[Tensor, ...], nodes: list[Tensor], opt, target=None):
+    def __init__(
+        self, outputs: tuple[Tensor, ...], nodes: list[Tensor], opt, target=None, output_names=None
+    ):
         self.outputs = tuple(outputs)
+        self.output_names = (
+            tuple(t.name for t in self.outputs) if output_names is None else tuple(output_names)
+        )
         self.nodes = list(nodes)
         self.opt = opt
         self.target = target
@@ -70,6 +93,33 @@ class Program:
         return [r for r in self.regions if r.kind == "fused"]
 
     # ---- inspection --------------------------------------------------------------------
+    @cached_property
+    def layer_names(self) -> dict[int, str]:
+        """``{id(node): layer name}`` for every node, in execution order (one pass, cached).
+
+        The name a node was given, else ``{op}_{k}`` (``k`` counts that op in execution
+        order); duplicates get ``_1``, ``_2``... (:func:`aneforge.graph.naming.layer_names`).
+        """
+        return layer_names(self.nodes)
+
+    def layer_name(self, node: Tensor) -> str:
+        """The layer name of ``node``, one of :attr:`nodes`.
+
+        Example:
+            >>> import aneforge as af
+            >>> x = af.input((2,), name="x")
+            >>> prog = af.compile(x.relu())
+            >>> prog.layer_name(prog.outputs[0]), prog.layer_name(x)
+            ('relu_0', 'x')
+        """
+        try:
+            return self.layer_names[id(node)]
+        except KeyError:
+            raise OptionError(
+                f"Program.layer_name: {node!r} is not a node of this program (compile may "
+                "have replaced it); pass one of prog.nodes"
+            ) from None
+
     @property
     def compute_nodes(self) -> list[Tensor]:
         """The nodes that compute (inputs and weights left out)."""
@@ -108,8 +158,9 @@ class Program:
         ]
         for t in self.inputs:
             lines.append(f"  input  {t.name or '?'}: {t.shape}")
-        for i, t in enumerate(self.outputs):
-            lines.append(f"  output {i}: {t.shape} ({t.op})")
+        for i, (t, name) in enumerate(zip(self.outputs, self.output_names)):
+            label = f" '{name}'" if name else ""
+            lines.append(f"  output {i}{label}: {t.shape} ({t.op})")
         lines.append("  ops: " + ", ".join(f"{op} x{c}" for op, c in sorted(counts.items())))
         lines.append(
             f"  regions: {len(self.fused_regions)} fused, {len(self.cuts)} cut(s) (bridge ops)"
@@ -120,7 +171,8 @@ class Program:
             lines.append(f"  [{region.index}] {label}")
             for n in region.nodes:
                 args = ", ".join(f"%{index[id(s)]}" for s in n.srcs)
-                lines.append(f"    %{index[id(n)]} = {n.op}({args}) -> {n.shape}")
+                label = f"  '{user_name(n)}'" if user_name(n) else ""
+                lines.append(f"    %{index[id(n)]} = {n.op}({args}) -> {n.shape}{label}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

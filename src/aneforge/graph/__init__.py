@@ -10,7 +10,19 @@ Example:
 from . import ops  # noqa: F401  (registers the ops)
 from .api import *  # noqa: F403
 from .api import __all__ as _api_all
+from .naming import layer_names
 from .registry import OpDef, all_ops, get_op
 from .tensor import MAX_RANK, Tensor, input, make, weight
 
-__all__ = [*_api_all, "OpDef", "all_ops", "get_op", "MAX_RANK", "Tensor", "input", "make", "weight"]
+__all__ = [
+    *_api_all,
+    "OpDef",
+    "all_ops",
+    "get_op",
+    "layer_names",
+    "MAX_RANK",
+    "Tensor",
+    "input",
+    "make",
+    "weight",
+]

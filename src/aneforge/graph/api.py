@@ -2,6 +2,15 @@
 
 Unary and binary elementwise functions are generated from the op registry, so their
 docstrings come from the op records; the rest are written out for their signatures.
+Every function takes a keyword-only ``name=`` (a non-empty string) that labels the node
+it returns: metadata for layer tables and the Core ML export, never part of what the
+node computes. The Tensor methods are these functions, so ``x.relu(name="act")`` works.
+
+Example:
+    >>> import numpy as np, aneforge as af
+    >>> x = af.input((2, 8), name="x")
+    >>> af.softmax(af.matmul(x, np.ones((8, 4)), name="fc"), name="probs").name
+    'probs'
 """
 
 from __future__ import annotations
@@ -16,14 +25,14 @@ def _unary_function(name: str):
     op = get_op(name)
     attrs = ", ".join(f"{k}={v.default!r}" for k, v in op.attrs.items())
 
-    def fn(x, **kwargs):
-        return make(name, x, **kwargs)
+    def fn(x, *, name=None, **kwargs):
+        return make(op.name, x, name=name, **kwargs)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = (
         f"Elementwise {name}: {op.doc}.\n\n"
-        f"Signature: ``{name}(x{', ' + attrs if attrs else ''})``; fp16 in, fp16 out, "
-        "rounded once.\n\n"
+        f"Signature: ``{name}(x{', ' + attrs if attrs else ''}, *, name=None)``; fp16 in, "
+        "fp16 out, rounded once. ``name`` labels the node (layer tables, Core ML).\n\n"
         f"Example:\n    >>> import aneforge as af\n    >>> af.{name}(af.input((4,))).shape\n"
         "    (4,)\n"
     )
@@ -33,13 +42,13 @@ def _unary_function(name: str):
 def _binary_function(name: str):
     op = get_op(name)
 
-    def fn(a, b):
-        return make(name, a, b)
+    def fn(a, b, *, name=None):
+        return make(op.name, a, b, name=name)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = (
         f"Elementwise {name}: {op.doc}, with NumPy broadcasting; scalars and arrays "
-        "become fp16 weights.\n\n"
+        "become fp16 weights. ``name=`` labels the node.\n\n"
         f"Example:\n    >>> import aneforge as af\n    >>> af.{name}(af.input((2, 3)), 2.0).shape\n"
         "    (2, 3)\n"
     )
@@ -51,7 +60,7 @@ ELEMENTWISE.update({n: _binary_function(n) for n in (*BINARY, *COMPARE)})
 globals().update(ELEMENTWISE)
 
 
-def select(cond, a, b) -> Tensor:
+def select(cond, a, b, *, name=None) -> Tensor:
     """``a`` where ``cond != 0`` else ``b``; all three broadcast.
 
     Example:
@@ -60,10 +69,10 @@ def select(cond, a, b) -> Tensor:
         >>> af.select(x > 0, x, 0.0).shape
         (3,)
     """
-    return make("select", cond, a, b)
+    return make("select", cond, a, b, name=name)
 
 
-def matmul(a, b) -> Tensor:
+def matmul(a, b, *, name=None) -> Tensor:
     """``a @ b`` with NumPy matmul semantics; a weight on the right is a weight matmul.
 
     Example:
@@ -72,10 +81,10 @@ def matmul(a, b) -> Tensor:
         (2, 4)
     """
     a, b = as_tensor(a, "matmul lhs"), as_tensor(b, "matmul rhs")
-    return make("matmul" if b.op == "weight" else "bmm", a, b)
+    return make("matmul" if b.op == "weight" else "bmm", a, b, name=name)
 
 
-def bmm(a, b) -> Tensor:
+def bmm(a, b, *, name=None) -> Tensor:
     """Batched ``a @ b`` between two tensors (batch dims broadcast).
 
     Example:
@@ -83,10 +92,10 @@ def bmm(a, b) -> Tensor:
         >>> af.bmm(af.input((4, 2, 8)), af.input((4, 8, 3))).shape
         (4, 2, 3)
     """
-    return make("bmm", a, b)
+    return make("bmm", a, b, name=name)
 
 
-def linear(x, weight, bias=None) -> Tensor:
+def linear(x, weight, bias=None, *, name=None) -> Tensor:
     """``x @ weight.T + bias`` with ``weight`` of shape [out_features, in_features].
 
     Example:
@@ -95,10 +104,10 @@ def linear(x, weight, bias=None) -> Tensor:
         (2, 4)
     """
     srcs = (x, weight) if bias is None else (x, weight, bias)
-    return make("linear", *srcs)
+    return make("linear", *srcs, name=name)
 
 
-def conv(x, weight, bias=None, stride=1, pad=0, dilation=1, groups=1) -> Tensor:
+def conv(x, weight, bias=None, stride=1, pad=0, dilation=1, groups=1, *, name=None) -> Tensor:
     """1-D (NCW) or 2-D (NCHW) convolution; weight [Cout, Cin/groups, (kh), kw].
 
     ``pad`` is one int, one per spatial dim, or begins-then-ends (ONNX order).
@@ -109,11 +118,11 @@ def conv(x, weight, bias=None, stride=1, pad=0, dilation=1, groups=1) -> Tensor:
         (1, 4, 8, 8)
     """
     srcs = (x, weight) if bias is None else (x, weight, bias)
-    return make("conv", *srcs, stride=stride, pad=pad, dilation=dilation, groups=groups)
+    return make("conv", *srcs, stride=stride, pad=pad, dilation=dilation, groups=groups, name=name)
 
 
 def conv_transpose(
-    x, weight, bias=None, stride=1, pad=0, output_padding=0, dilation=1, groups=1
+    x, weight, bias=None, stride=1, pad=0, output_padding=0, dilation=1, groups=1, *, name=None
 ) -> Tensor:
     """Transposed convolution; weight [Cin, Cout/groups, (kh), kw] (PyTorch layout).
 
@@ -131,20 +140,21 @@ def conv_transpose(
         output_padding=output_padding,
         dilation=dilation,
         groups=groups,
+        name=name,
     )
 
 
-def _reduction(name):
-    def fn(x, axes=None, keepdims=False):
+def _reduction(op_name):
+    def fn(x, axes=None, keepdims=False, *, name=None):
         if isinstance(axes, int):
             axes = (axes,)
-        return make(name, x, axes=axes, keepdims=keepdims)
+        return make(op_name, x, axes=axes, keepdims=keepdims, name=name)
 
-    fn.__name__ = fn.__qualname__ = name
+    fn.__name__ = fn.__qualname__ = op_name
     fn.__doc__ = (
-        f"{get_op(name).doc} over ``axes`` (all when None).\n\n"
+        f"{get_op(op_name).doc} over ``axes`` (all when None); ``name=`` labels the node.\n\n"
         f"Example:\n    >>> import aneforge as af\n"
-        f"    >>> af.{name}(af.input((2, 3)), axes=-1).shape\n    (2,)\n"
+        f"    >>> af.{op_name}(af.input((2, 3)), axes=-1).shape\n    (2,)\n"
     )
     return fn
 
@@ -155,7 +165,7 @@ amax = _reduction("amax")
 amin = _reduction("amin")
 
 
-def softmax(x, axis=-1) -> Tensor:
+def softmax(x, axis=-1, *, name=None) -> Tensor:
     """Softmax along ``axis`` (max-subtracted, narrow fp16 sum).
 
     Example:
@@ -163,10 +173,10 @@ def softmax(x, axis=-1) -> Tensor:
         >>> af.softmax(af.input((2, 5))).shape
         (2, 5)
     """
-    return make("softmax", x, axis=axis)
+    return make("softmax", x, axis=axis, name=name)
 
 
-def cumsum(x, axis=-1) -> Tensor:
+def cumsum(x, axis=-1, *, name=None) -> Tensor:
     """Cumulative sum over the last axis (lowered as ``x @ triu_ones``).
 
     Example:
@@ -179,7 +189,7 @@ def cumsum(x, axis=-1) -> Tensor:
             f"cumsum: only the last axis is supported, got axis={axis} for shape {x.shape}; "
             "transpose the axis to the end first"
         )
-    return make("cumsum", x)
+    return make("cumsum", x, name=name)
 
 
 def _affine_srcs(x, weight, bias):
@@ -187,7 +197,7 @@ def _affine_srcs(x, weight, bias):
     return srcs, {"has_weight": weight is not None, "has_bias": bias is not None}
 
 
-def layer_norm(x, weight=None, bias=None, axis=-1, eps=1e-5) -> Tensor:
+def layer_norm(x, weight=None, bias=None, axis=-1, eps=1e-5, *, name=None) -> Tensor:
     """Layer normalization over axes ``[axis, ndim)``; weight/bias of that shape.
 
     Example:
@@ -196,10 +206,10 @@ def layer_norm(x, weight=None, bias=None, axis=-1, eps=1e-5) -> Tensor:
         (2, 8)
     """
     srcs, flags = _affine_srcs(x, weight, bias)
-    return make("layer_norm", *srcs, axis=axis, eps=eps, **flags)
+    return make("layer_norm", *srcs, axis=axis, eps=eps, **flags, name=name)
 
 
-def rms_norm(x, weight=None, axis=-1, eps=1e-5) -> Tensor:
+def rms_norm(x, weight=None, axis=-1, eps=1e-5, *, name=None) -> Tensor:
     """RMS normalization over axes ``[axis, ndim)``.
 
     Example:
@@ -208,10 +218,10 @@ def rms_norm(x, weight=None, axis=-1, eps=1e-5) -> Tensor:
         (2, 8)
     """
     srcs = [x] if weight is None else [x, weight]
-    return make("rms_norm", *srcs, axis=axis, eps=eps, has_weight=weight is not None)
+    return make("rms_norm", *srcs, axis=axis, eps=eps, has_weight=weight is not None, name=name)
 
 
-def group_norm(x, groups, weight=None, bias=None, eps=1e-5) -> Tensor:
+def group_norm(x, groups, weight=None, bias=None, eps=1e-5, *, name=None) -> Tensor:
     """Group normalization of [N, C, ...] over channel groups; weight/bias of shape (C,).
 
     Example:
@@ -220,10 +230,10 @@ def group_norm(x, groups, weight=None, bias=None, eps=1e-5) -> Tensor:
         (1, 8, 4, 4)
     """
     srcs, flags = _affine_srcs(x, weight, bias)
-    return make("group_norm", *srcs, groups=groups, eps=eps, **flags)
+    return make("group_norm", *srcs, groups=groups, eps=eps, **flags, name=name)
 
 
-def batch_norm(x, mean, var, weight=None, bias=None, eps=1e-5) -> Tensor:
+def batch_norm(x, mean, var, weight=None, bias=None, eps=1e-5, *, name=None) -> Tensor:
     """Inference batch normalization of [N, C, ...] with per-channel statistics.
 
     Example:
@@ -233,10 +243,10 @@ def batch_norm(x, mean, var, weight=None, bias=None, eps=1e-5) -> Tensor:
     """
     srcs, flags = _affine_srcs(x, weight, bias)
     srcs = [srcs[0], mean, var] + srcs[1:]
-    return make("batch_norm", *srcs, eps=eps, **flags)
+    return make("batch_norm", *srcs, eps=eps, **flags, name=name)
 
 
-def l2_norm(x, axis=-1, eps=1e-6) -> Tensor:
+def l2_norm(x, axis=-1, eps=1e-6, *, name=None) -> Tensor:
     """``x / sqrt(max(sum(x**2), eps))`` along ``axis``.
 
     Example:
@@ -244,10 +254,10 @@ def l2_norm(x, axis=-1, eps=1e-6) -> Tensor:
         >>> af.l2_norm(af.input((2, 8))).shape
         (2, 8)
     """
-    return make("l2_norm", x, axis=axis, eps=eps)
+    return make("l2_norm", x, axis=axis, eps=eps, name=name)
 
 
-def max_pool(x, kernel, stride=None, pad=0) -> Tensor:
+def max_pool(x, kernel, stride=None, pad=0, *, name=None) -> Tensor:
     """Max pooling over NCW / NCHW windows (stride defaults to the kernel).
 
     Example:
@@ -255,10 +265,10 @@ def max_pool(x, kernel, stride=None, pad=0) -> Tensor:
         >>> af.max_pool(af.input((1, 3, 8, 8)), 2).shape
         (1, 3, 4, 4)
     """
-    return make("max_pool", x, kernel=kernel, stride=stride, pad=pad)
+    return make("max_pool", x, kernel=kernel, stride=stride, pad=pad, name=name)
 
 
-def avg_pool(x, kernel, stride=None, pad=0, count_include_pad=False) -> Tensor:
+def avg_pool(x, kernel, stride=None, pad=0, count_include_pad=False, *, name=None) -> Tensor:
     """Average pooling over NCW / NCHW windows (narrow fp16 sum).
 
     Example:
@@ -267,11 +277,17 @@ def avg_pool(x, kernel, stride=None, pad=0, count_include_pad=False) -> Tensor:
         (1, 3, 4, 4)
     """
     return make(
-        "avg_pool", x, kernel=kernel, stride=stride, pad=pad, count_include_pad=count_include_pad
+        "avg_pool",
+        x,
+        kernel=kernel,
+        stride=stride,
+        pad=pad,
+        count_include_pad=count_include_pad,
+        name=name,
     )
 
 
-def upsample(x, scale, mode="nearest", align_corners=False) -> Tensor:
+def upsample(x, scale, mode="nearest", align_corners=False, *, name=None) -> Tensor:
     """Integer-factor upsampling of NCW / NCHW, ``mode`` 'nearest' or 'bilinear'.
 
     Example:
@@ -279,10 +295,10 @@ def upsample(x, scale, mode="nearest", align_corners=False) -> Tensor:
         >>> af.upsample(af.input((1, 3, 4, 4)), 2).shape
         (1, 3, 8, 8)
     """
-    return make("upsample", x, scale=scale, mode=mode, align_corners=align_corners)
+    return make("upsample", x, scale=scale, mode=mode, align_corners=align_corners, name=name)
 
 
-def reshape(x, shape) -> Tensor:
+def reshape(x, shape, *, name=None) -> Tensor:
     """Same elements in a new shape (one -1 is inferred).
 
     Example:
@@ -290,10 +306,10 @@ def reshape(x, shape) -> Tensor:
         >>> af.reshape(af.input((2, 6)), (3, -1)).shape
         (3, 4)
     """
-    return make("reshape", x, shape=tuple(shape))
+    return make("reshape", x, shape=tuple(shape), name=name)
 
 
-def transpose(x, perm=None) -> Tensor:
+def transpose(x, perm=None, *, name=None) -> Tensor:
     """Permute axes (reverse them when ``perm`` is None).
 
     Example:
@@ -301,10 +317,10 @@ def transpose(x, perm=None) -> Tensor:
         >>> af.transpose(af.input((2, 3, 4)), (0, 2, 1)).shape
         (2, 4, 3)
     """
-    return make("transpose", x, perm=None if perm is None else tuple(perm))
+    return make("transpose", x, perm=None if perm is None else tuple(perm), name=name)
 
 
-def concat(tensors, axis=0) -> Tensor:
+def concat(tensors, axis=0, *, name=None) -> Tensor:
     """Join tensors along ``axis``.
 
     Example:
@@ -312,10 +328,10 @@ def concat(tensors, axis=0) -> Tensor:
         >>> af.concat([af.input((2, 3)), af.input((2, 5))], axis=1).shape
         (2, 8)
     """
-    return make("concat", *tensors, axis=axis)
+    return make("concat", *tensors, axis=axis, name=name)
 
 
-def slice(x, begins, ends, steps=None) -> Tensor:  # noqa: A001  (the op's name)
+def slice(x, begins, ends, steps=None, *, name=None) -> Tensor:  # noqa: A001  (the op's name)
     """``x[b0:e0:s0, ...]`` for every axis (Python bounds, positive steps).
 
     Example:
@@ -323,10 +339,10 @@ def slice(x, begins, ends, steps=None) -> Tensor:  # noqa: A001  (the op's name)
         >>> af.slice(af.input((4, 6)), (0, 2), (4, 6)).shape
         (4, 4)
     """
-    return make("slice", x, begins=tuple(begins), ends=tuple(ends), steps=steps)
+    return make("slice", x, begins=tuple(begins), ends=tuple(ends), steps=steps, name=name)
 
 
-def squeeze(x, axes=None) -> Tensor:
+def squeeze(x, axes=None, *, name=None) -> Tensor:
     """Drop size-1 axes (all of them when ``axes`` is None).
 
     Example:
@@ -336,10 +352,10 @@ def squeeze(x, axes=None) -> Tensor:
     """
     if isinstance(axes, int):
         axes = (axes,)
-    return make("squeeze", x, axes=axes)
+    return make("squeeze", x, axes=axes, name=name)
 
 
-def expand_dims(x, axes) -> Tensor:
+def expand_dims(x, axes, *, name=None) -> Tensor:
     """Insert size-1 axes at the given output positions.
 
     Example:
@@ -349,10 +365,10 @@ def expand_dims(x, axes) -> Tensor:
     """
     if isinstance(axes, int):
         axes = (axes,)
-    return make("expand_dims", x, axes=axes)
+    return make("expand_dims", x, axes=axes, name=name)
 
 
-def pixel_shuffle(x, factor) -> Tensor:
+def pixel_shuffle(x, factor, *, name=None) -> Tensor:
     """Depth to space: [N, C*r*r, H, W] -> [N, C, H*r, W*r].
 
     Example:
@@ -360,10 +376,10 @@ def pixel_shuffle(x, factor) -> Tensor:
         >>> af.pixel_shuffle(af.input((1, 8, 3, 3)), 2).shape
         (1, 2, 6, 6)
     """
-    return make("pixel_shuffle", x, factor=factor)
+    return make("pixel_shuffle", x, factor=factor, name=name)
 
 
-def pixel_unshuffle(x, factor) -> Tensor:
+def pixel_unshuffle(x, factor, *, name=None) -> Tensor:
     """Space to depth: [N, C, H*r, W*r] -> [N, C*r*r, H, W].
 
     Example:
@@ -371,10 +387,10 @@ def pixel_unshuffle(x, factor) -> Tensor:
         >>> af.pixel_unshuffle(af.input((1, 2, 6, 6)), 2).shape
         (1, 8, 3, 3)
     """
-    return make("pixel_unshuffle", x, factor=factor)
+    return make("pixel_unshuffle", x, factor=factor, name=name)
 
 
-def cast(x, dtype="float16") -> Tensor:
+def cast(x, dtype="float16", *, name=None) -> Tensor:
     """Cast to fp16, the only dataplane type (other dtypes raise).
 
     Example:
@@ -382,7 +398,7 @@ def cast(x, dtype="float16") -> Tensor:
         >>> af.cast(af.input((2,)), "float16").shape
         (2,)
     """
-    return make("cast", x, dtype=dtype)
+    return make("cast", x, dtype=dtype, name=name)
 
 
 from .ops.bridge import BRIDGE_FUNCTIONS  # noqa: E402  (after the fused functions)
@@ -418,7 +434,7 @@ _METHODS.update(
     pixel_shuffle=pixel_shuffle,
     pixel_unshuffle=pixel_unshuffle,
     slice=slice,
-    select=lambda self, a, b: select(self, a, b),
+    select=lambda self, a, b, *, name=None: select(self, a, b, name=name),
 )
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)
@@ -461,7 +477,7 @@ __all__ = sorted(
 )
 
 
-def gather(x, indices, axis=0) -> Tensor:
+def gather(x, indices, axis=0, *, name=None) -> Tensor:
     """The slices of ``x`` at the constant ``indices`` along ``axis``, in order.
 
     Indices may repeat and run in any order (negative ones count from the end); the
@@ -480,7 +496,7 @@ def gather(x, indices, axis=0) -> Tensor:
             f"gather: indices must be a flat list of integers, got {indices!r}; "
             "flatten them and reshape the result instead"
         )
-    return make("gather", x, indices=items, axis=axis)
+    return make("gather", x, indices=items, axis=axis, name=name)
 
 
 Tensor.gather = gather

@@ -5,12 +5,20 @@ sorted attributes, the positions of its sources, input names, and the bytes of e
 weight (with its encoding). It never uses ``id()`` or Python's salted ``hash()``, so the
 same graph built twice, in two processes, hashes the same.
 
+Names: an **input's** name enters the hash (a program is called by its input names, so
+renaming an input changes its interface). Every other node's name (``name=`` of an op,
+``t.named(...)``, a weight's label, ONNX node names) does not: renaming a layer does not
+change what it computes, so the tune cache keeps hitting and variants that differ only
+in names count as one.
+
 Example:
     >>> import aneforge as af
     >>> from aneforge.graph.hashing import structural_hash
     >>> a = af.input((2, 3), name="x")
     >>> b = af.input((2, 3), name="x")
     >>> structural_hash([a.relu()]) == structural_hash([b.relu()])
+    True
+    >>> structural_hash([a.relu(name="act")]) == structural_hash([a.relu()])
     True
 """
 

@@ -18,12 +18,14 @@ from . import api
 from .tensor import Tensor, weight
 
 
-def mha(x, wq, wk, wv, wo, heads: int, kv=None, mask=None) -> Tensor:
+def mha(x, wq, wk, wv, wo, heads: int, kv=None, mask=None, *, name=None) -> Tensor:
     """Multi-head attention with the attention written out (no fused sdpa).
 
     ``x`` is [B, S, D] (queries), ``kv`` [B, T, D] (keys/values, default ``x``); the
     projections are [D, D] weights applied as ``x @ w``. Per head:
     ``softmax((q @ k^T) * head_dim**-0.5 + mask) @ v``, heads concatenated, then ``@ wo``.
+    ``name`` labels the output projection; the inner layers are then ``{name}/q``,
+    ``{name}/k``, ``{name}/v``, ``{name}/scores``, ``{name}/probs`` and ``{name}/context``.
 
     Example:
         >>> import numpy as np, aneforge as af
@@ -42,17 +44,28 @@ def mha(x, wq, wk, wv, wo, heads: int, kv=None, mask=None) -> Tensor:
     def split(y, length):  # [B, L, D] -> [B, H, L, hd]
         return api.transpose(api.reshape(y, (b, length, heads, hd)), (0, 2, 1, 3))
 
-    q, k, v = split(x @ wq, s), split(kv @ wk, t), split(kv @ wv, t)
+    def sub(part):
+        return None if name is None else f"{name}/{part}"
+
+    q = split(api.matmul(x, wq, name=sub("q")), s)
+    k = split(api.matmul(kv, wk, name=sub("k")), t)
+    v = split(api.matmul(kv, wv, name=sub("v")), t)
     scores = api.bmm(q, api.transpose(k, (0, 1, 3, 2))) * float(hd**-0.5)
     if mask is not None:
         scores = scores + mask
-    ctx = api.bmm(api.softmax(scores, axis=-1), v)
+    if name is not None:
+        scores = scores.named(sub("scores"))
+    probs = api.softmax(scores, axis=-1, name=sub("probs"))
+    ctx = api.bmm(probs, v, name=sub("context"))
     merged = api.reshape(api.transpose(ctx, (0, 2, 1, 3)), (b, s, d))
-    return merged @ wo
+    return api.matmul(merged, wo, name=name)
 
 
-def mlp(x, w1, b1, w2, b2, activation: str = "gelu") -> Tensor:
+def mlp(x, w1, b1, w2, b2, activation: str = "gelu", *, name=None) -> Tensor:
     """Two-layer perceptron ``linear(act(linear(x, w1, b1)), w2, b2)`` (PyTorch layout).
+
+    ``name`` labels the second linear; the first is then ``{name}/fc1`` and the
+    activation ``{name}/act``.
 
     Example:
         >>> import numpy as np, aneforge as af
@@ -63,7 +76,12 @@ def mlp(x, w1, b1, w2, b2, activation: str = "gelu") -> Tensor:
     act = api.ELEMENTWISE.get(activation)
     if act is None:
         raise ShapeError(f"mlp: unknown activation '{activation}'")
-    return api.linear(act(api.linear(x, w1, b1)), w2, b2)
+
+    def sub(part):
+        return None if name is None else f"{name}/{part}"
+
+    hidden = act(api.linear(x, w1, b1, name=sub("fc1")), name=sub("act"))
+    return api.linear(hidden, w2, b2, name=name)
 
 
 def _init(rng, shape, fan_in):

@@ -12,6 +12,14 @@ Example:
     >>> y = (x * 2.0 + 1.0).relu()
     >>> y.shape, y.op
     ((2, 3), 'relu')
+
+Names are metadata: every op takes ``name=`` (and ``t.named(name)`` relabels a node),
+which reports, layer tables and the Core ML export show. A name never changes what a
+node computes, so it stays out of the structural hash of non-input nodes (see
+:mod:`aneforge.graph.hashing`).
+
+    >>> (x * 2.0).relu(name="act").named("fc1").name
+    'fc1'
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError, WeightRangeError
+from ..errors import AttributeValueError, DTypeError, ShapeError, WeightRangeError
 from .fp16 import round_fp16
 from .registry import get_op
 
@@ -39,7 +47,8 @@ class Tensor:
         srcs: the input tensors of that op, in order.
         attrs: the op's normalized attributes (read-only mapping).
         shape: the output shape, a tuple of ints.
-        name: optional user-facing name (inputs and weights).
+        name: optional user-facing name (``name=`` of every op, :meth:`named`); weights
+            built without one carry an automatic ``w<k>`` label.
     """
 
     __slots__ = ("op", "srcs", "attrs", "shape", "name", "value", "size", "_order")
@@ -71,6 +80,29 @@ class Tensor:
     def dtype(self) -> str:
         """Always ``'float16'``: the engine's only dataplane type."""
         return "float16"
+
+    def named(self, name: str) -> Tensor:
+        """The same computation under the name ``name`` (a new node; ``self`` is kept).
+
+        Names are metadata: the copy has the same op, sources, attributes and value.
+        Inputs are refused (a renamed copy would be a second input): name them with
+        ``af.input(shape, name=...)``.
+
+        Example:
+            >>> import numpy as np, aneforge as af
+            >>> x = af.input((2, 4), name="x")
+            >>> (x @ np.ones((4, 3))).relu().named("fc1").name
+            'fc1'
+        """
+        name = check_name(name, self.op)
+        if self.op == "input":
+            raise AttributeValueError(
+                f"input {_quoted(self.name)}: named({name!r}) would declare a second input; "
+                f"name an input where it is declared: af.input({self.shape}, name={name!r})"
+            )
+        if name == self.name:
+            return self
+        return Tensor(self.op, self.srcs, self.attrs, self.shape, name=name, value=self.value)
 
     def __repr__(self) -> str:
         label = f" '{self.name}'" if self.name else ""
@@ -175,16 +207,19 @@ def _matmul(a, b) -> Tensor:
     return make("matmul" if b.op == "weight" else "bmm", a, b)
 
 
-def make(op_name: str, *srcs, **attrs) -> Tensor:
+def make(op_name: str, *srcs, name: str | None = None, **attrs) -> Tensor:
     """Build a node of op ``op_name``: validate attributes, infer and check the shape.
 
-    Non-tensor sources (NumPy arrays, Python scalars) become weights.
+    Non-tensor sources (NumPy arrays, Python scalars) become weights. ``name`` (a
+    non-empty string, or None) labels the node; see :func:`check_name`.
 
     Example:
         >>> import aneforge as af
-        >>> make("add", af.input((2,)), 1.0).shape
-        (2,)
+        >>> make("add", af.input((2,)), 1.0, name="bias").name
+        'bias'
     """
+    if name is not None:
+        name = check_name(name, op_name)
     op = get_op(op_name)
     tensors = [as_tensor(s, f"{op_name} input {i}") for i, s in enumerate(srcs)]
     if op.arity is not None and len(tensors) != op.arity:
@@ -192,7 +227,42 @@ def make(op_name: str, *srcs, **attrs) -> Tensor:
     norm = op.normalize_attrs(attrs)
     shape = tuple(int(d) for d in op.shape([t.shape for t in tensors], norm))
     _check_shape(shape, op_name)
-    return Tensor(op_name, tensors, FrozenAttrs(norm), shape)
+    return Tensor(op_name, tensors, FrozenAttrs(norm), shape, name=name)
+
+
+def check_name(name, what: str) -> str:
+    """``name`` if it is a valid node name (a non-empty, not all-blank ``str``), else an
+    :class:`~aneforge.errors.AttributeValueError` naming ``what`` and the value.
+
+    Example:
+        >>> check_name("fc1", "relu")
+        'fc1'
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise AttributeValueError(
+            f"{what}: name must be a non-empty string, got {name!r}; pass e.g. "
+            "name='fc1', or leave it out for an automatic layer name"
+        )
+    return name
+
+
+def _quoted(name) -> str:
+    return f"'{name}'" if name else "(unnamed)"
+
+
+def creation_mark() -> int:
+    """A number below the creation order of every tensor built after this call.
+
+    ``t._order > mark`` tells that ``t`` was built after the mark was taken: how passes
+    recognise the nodes a rule or an importer has just made (and may name).
+
+    Example:
+        >>> import aneforge as af
+        >>> mark = creation_mark()
+        >>> af.input((2,))._order > mark
+        True
+    """
+    return next(_creation)
 
 
 def with_srcs(node: Tensor, srcs) -> Tensor:
@@ -237,6 +307,8 @@ def input(shape, name: str | None = None) -> Tensor:  # noqa: A001  (public API 
         >>> af.input((1, 3, 32, 32), name="image").shape
         (1, 3, 32, 32)
     """
+    if name is not None:
+        name = check_name(name, "input")
     try:
         dims = tuple(int(d) for d in (shape if hasattr(shape, "__iter__") else (shape,)))
     except (TypeError, ValueError):
@@ -261,6 +333,8 @@ def weight(value, name: str | None = None) -> Tensor:
         >>> af.weight(np.eye(2, dtype=np.float32), name="I").shape
         (2, 2)
     """
+    if name is not None:
+        name = check_name(name, "weight")
     label = name or f"w{next(_weight_ids)}"
     arr = _as_float_array(value, label)
     fp16 = round_fp16(arr)

@@ -13,8 +13,15 @@ Contract:
   matching constexpr op (:data:`ENCODED_WEIGHT_OPS`), which Core ML decodes at load time
   to the same fp16 values aneforge emulates. Inputs and outputs are fp16
   tensors (fp32 with ``io_dtype="float32"``, cast to fp16 at the entry and back at the
-  exit); inputs keep the program's input names (made identifier-safe), outputs are
-  ``output_0``, ``output_1``... unless ``output_names`` says otherwise.
+  exit).
+- **Names.** Inputs keep the program's input names; outputs take the program's
+  ``output_names`` (``compile(output_names=...)``, the ONNX output names of
+  ``from_onnx``, else the output tensors' names), ``output_<i>`` where there is none,
+  and an explicit ``output_names=`` argument wins. Each node's MIL op is named by its
+  layer name (:attr:`~aneforge.compiler.program.Program.layer_names`: the node's name,
+  else ``{op}_{k}``); its helper ops are ``{that name}_{suffix}``. Every name is made
+  identifier-safe (other characters become ``_``) and unique (a clash gets ``_``
+  appended), so the Core ML user sees the aneforge layer names.
 - **Op for op.** The exported program is aneforge's program, node by node, in its
   execution order: coremltools' optimization passes are off unless ``optimize=True``
   (the engine's compiler fuses on device anyway). Bridge ops Core ML cannot express
@@ -58,6 +65,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import AneforgeError
+from ..graph.naming import layer_names, user_name
 from ..graph.tensor import Tensor
 from .coreml_ops import DECOMPOSED, LOWERINGS, NOT_EXPRESSIBLE, LoweringContext
 
@@ -424,7 +432,7 @@ def _feature_names(prog, outs, output_names):
         seen.add(name)
         inputs.append(name)
     if output_names is None:
-        output_names = [f"output_{i}" for i in range(len(outs))]
+        return inputs, _default_output_names(prog, len(outs), seen)
     output_names = [str(n) for n in output_names]
     if len(output_names) != len(outs):
         raise ExportError(f"output_names: {len(output_names)} name(s) for {len(outs)} output(s)")
@@ -438,6 +446,27 @@ def _feature_names(prog, outs, output_names):
             f"the input names {inputs}"
         )
     return inputs, list(output_names)
+
+
+def _default_output_names(prog, count: int, taken: set) -> list[str]:
+    """The program's output names made identifier-safe and unique (after the inputs and
+    the earlier outputs), ``output_<i>`` for an output without one."""
+    given = list(getattr(prog, "output_names", ())) + [None] * count
+    out, taken = [], set(taken)
+    for i, name in enumerate(given[:count]):
+        fallback = f"output_{i}"
+        name = _identifier(name, fallback) if name else fallback
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        out.append(name)
+    return out
+
+
+def _mil_names(prog, nodes) -> dict[int, str]:
+    """Layer names of the lowered ``nodes``: the program's for the nodes it holds, fresh
+    ones (same rules) for the nodes a Core ML route added."""
+    return layer_names(nodes, keep=prog.layer_names)
 
 
 def _build(low: CoreMLLowering, prog, outs, nodes, feeds):
@@ -457,13 +486,14 @@ def _build(low: CoreMLLowering, prog, outs, nodes, feeds):
     values: dict[int, object] = {}
     weight_names: dict[int, str] = {}
     used = set(low.input_names) | set(low.output_names)
+    layers = _mil_names(prog, nodes)
 
     def var_of(node: Tensor):
         """The MIL value of a node; a weight becomes its constant on first use."""
         key = id(node)
         if key in values:
             return values[key]
-        base = node.name if node.name and not re.fullmatch(r"w\d+", node.name) else ""
+        base = layers.get(key) or user_name(node) or ""
         name = _identifier(base, f"weight_{len(weight_names)}")
         while name in used:
             name += "_"
@@ -477,8 +507,8 @@ def _build(low: CoreMLLowering, prog, outs, nodes, feeds):
         values[key] = var
         return var
 
-    def emitted_since(start):
-        ops = list(func.operations)[start:]
+    def emitted_since(start, ops=None):
+        ops = list(func.operations)[start:] if ops is None else ops
         return tuple(op.op_type for op in ops if not op.op_type.startswith("const"))
 
     quiet = logging.getLogger("coremltools")
@@ -504,20 +534,22 @@ def _build(low: CoreMLLowering, prog, outs, nodes, feeds):
                 if node.op in ("input", "weight"):
                     continue
                 start = len(func.operations)
-                name = f"{node.op}_{index}"
-                while name in used:  # an input, output or weight already has that name
+                name = _identifier(layers[id(node)], f"{node.op}_{index}")
+                while name in used:  # an input, output, weight or earlier op has that name
                     name += "_"
                 var = LOWERINGS[node.op].fn(cx, node, name)
                 _check(node, var)
                 values[id(node)] = var
-                low.nodes.append(NodeRecord(index, node.op, emitted_since(start), name))
+                new_ops = list(func.operations)[start:]
+                used.update(v.name for op in new_ops for v in op.outputs)
+                low.nodes.append(NodeRecord(index, node.op, emitted_since(start, new_ops), name))
             start = len(func.operations)
             func.set_outputs(_outputs(mb, low, outs, values, feeds is not None))
             if emitted_since(start):
                 low.nodes.append(NodeRecord(len(nodes), "output", emitted_since(start), "outputs"))
     finally:
         quiet.setLevel(level)
-    _check_unique(func)
+    _make_unique(func)
     program = Program()
     program.add_function("main", func)
     return program
@@ -545,22 +577,30 @@ def _outputs(mb, low, outs, values, fed):
             op = v.op
             renamable = op is not None and op.op_type != "const" and len(op.outputs) == 1
             if renamable and not any(v is s for s in result):
-                v.name = op.name = name
+                v.name = name  # the op keeps its layer name; its value is the feature
             else:
                 v = mb.identity(x=v, name=name)
         result.append(v)
     return result
 
 
-def _check_unique(func) -> None:
-    names = Counter(v.name for op in func.operations for v in op.outputs)
-    names.update(list(func.inputs))
-    dupes = sorted(n for n, c in names.items() if c > 1)
-    if dupes:
-        raise ExportError(
-            f"Core ML names {dupes} are used twice (an input, output or weight name equals "
-            "an internal op name such as 'relu_3'); rename that input or weight"
-        )
+def _make_unique(func) -> None:
+    """Rename the later of two MIL values that share a name (a helper op's
+    ``{layer}_{suffix}`` can meet a weight or layer name): ``_`` appended until free.
+    Inputs and outputs keep their feature names. Deterministic (program order)."""
+    outputs = {id(v) for v in func.outputs}
+    seen = set(func.inputs) | {v.name for v in func.outputs}
+    for op in func.operations:
+        for v in op.outputs:
+            if id(v) in outputs:
+                continue
+            if v.name in seen:
+                old = v.name
+                while v.name in seen:
+                    v.name += "_"
+                if op.name == old:
+                    op.name = v.name
+            seen.add(v.name)
 
 
 # ---- conversion and files ------------------------------------------------------------

@@ -24,6 +24,10 @@ How values are handled (the contract the tests check):
 - A parameter computed from a graph input (a Resize ``scales`` input, a Pad value) is
   refused naming that input; ``UnsupportedModelError.bind_inputs`` lists such inputs and
   ``constants=`` binds them.
+- Names: each ONNX node's name (else its first output's) names the aneforge node that
+  produces its output, and new inner nodes of a multi-op mapping are ``{name}/{op}``
+  (:mod:`.onnx_graph`); inputs keep their names; ``output_names`` holds the graph output
+  names, which ``.compile()`` passes on to the Program and its Core ML export.
 - Each ONNX op maps onto aneforge ops through the table in :mod:`.onnx_ops` (and the
   modules it loads); an op with no entry but with a function body in the ONNX spec (or a
   model-local function) is expanded into that body; ``If`` with a constant condition is
@@ -59,7 +63,8 @@ import numpy as np
 
 from ..errors import AneforgeError, AneforgeWarning, PrecisionWarning
 from ..graph.fp16 import FP16_MAX
-from ..graph.tensor import Tensor, input, make, weight
+from ..graph.tensor import Tensor, creation_mark, input, make, weight
+from .onnx_graph import NodeNames, apply_names, node_label, topological
 
 MIN_OPSET = 13
 _DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -150,9 +155,11 @@ class OnnxGraph:
 
     def compile(self, **kwargs):
         """``af.compile(self.outputs, **kwargs)``: a Program whose inputs are the graph
-        inputs the outputs use, in ONNX order (call it positionally or by name)."""
+        inputs the outputs use, in ONNX order (call it positionally or by name), and
+        whose ``output_names`` are the ONNX output names (unless given)."""
         from ..compiler.compile import compile as _compile
 
+        kwargs.setdefault("output_names", list(self.output_names))
         return _compile(list(self.outputs), **kwargs)
 
     def __repr__(self) -> str:
@@ -219,10 +226,6 @@ def _attrs(onnx, node) -> dict:
     return out
 
 
-def _label(node) -> str:
-    return node.name or (node.output[0] if node.output else node.op_type)
-
-
 class _Importer:
     """One import: the value environment, constant handling and the node loop."""
 
@@ -244,6 +247,7 @@ class _Importer:
         self.static_shapes: dict[str, tuple] = {}
         self.depth = 0  # > 0 inside a function body, whose names are local
         self.local_functions = {(f.domain, f.name): f for f in model.functions}
+        self.names = NodeNames()  # the ONNX node names, put on the graph at the end
         self.opset = self._check_opset()
 
     # ---- set-up ----------------------------------------------------------------------
@@ -367,7 +371,7 @@ class _Importer:
         self._warn_saturated()
         return OnnxGraph(
             inputs,
-            outputs,
+            apply_names(outputs, self.names),
             names,
             [vi.name for vi in graph.output],
             list(self.notes),
@@ -424,7 +428,7 @@ class _Importer:
     # ---- the node loop ---------------------------------------------------------------
     def convert(self, nodes, env: dict, opset: int) -> None:
         """Convert ``nodes`` (in dependency order) into ``env`` (name -> value)."""
-        for node in _topological(nodes, env):
+        for node in topological(nodes, env):
             ins = []
             for name in node.input:
                 if not name:
@@ -434,13 +438,15 @@ class _Importer:
                 else:
                     ins.append(_BROKEN)
                     self.problems.append(
-                        f"{node.op_type} '{_label(node)}': input '{name}' is never produced"
+                        f"{node.op_type} '{node_label(node)}': input '{name}' is never produced"
                     )
             if any(isinstance(v, _Broken) for v in ins):
                 self.skipped += 1
                 outs = [_BROKEN] * len(node.output)
             else:
+                mark = creation_mark()
                 outs = self._convert_node(node, ins, opset, env)
+                self.names.record(node_label(node), node.output, outs, mark)
             for name, value in zip(node.output, outs):
                 if name:
                     env[name] = value
@@ -460,9 +466,9 @@ class _Importer:
             self.unsupported[str(err)] += 1
             names = self.unsupported_nodes.setdefault(str(err), [])
             if len(names) < 3:
-                names.append(_label(node))
+                names.append(node_label(node))
         except (NotExpressible, AneforgeError) as err:
-            self.problems.append(f"{op} '{_label(node)}': {err}")
+            self.problems.append(f"{op} '{node_label(node)}': {err}")
         return self._placeholders(node)
 
     def _placeholders(self, node) -> list:
@@ -606,7 +612,7 @@ class _Importer:
                 else:
                     copy.attribute.append(a)
             if not copy.name:
-                copy.name = f"{_label(node)}/{inner.op_type}"
+                copy.name = f"{node_label(node)}/{inner.op_type}"
             nodes.append(copy)
         versions = {o.domain: o.version for o in body.opset_import}
         opset = versions.get("", versions.get("ai.onnx", self.opset))
@@ -734,7 +740,7 @@ class _Cx:
 
     def note(self, msg: str) -> None:
         """An import warning naming this node."""
-        self.importer.note(f"{self.node.op_type} '{_label(self.node)}': {msg}")
+        self.importer.note(f"{self.node.op_type} '{node_label(self.node)}': {msg}")
 
     def type_of(self, name: str):
         """The ONNX element type of value ``name`` when shape inference knows it."""
@@ -780,36 +786,3 @@ def _source_inputs(t: Tensor) -> list[str]:
 def _is_float(onnx, elem: int) -> bool:
     tp = onnx.TensorProto
     return elem in (tp.FLOAT, tp.FLOAT16, tp.DOUBLE, tp.BFLOAT16)
-
-
-def _topological(nodes, env) -> list:
-    """``nodes`` in dependency order (stable: the file order where it is valid)."""
-    nodes = list(nodes)
-    produced = {o: i for i, n in enumerate(nodes) for o in n.output if o}
-    order, state = [], [0] * len(nodes)
-    for start in range(len(nodes)):
-        stack = [(start, False)]
-        while stack:
-            i, done = stack.pop()
-            if done:
-                state[i] = 2
-                order.append(nodes[i])
-                continue
-            if state[i]:
-                continue
-            state[i] = 1
-            stack.append((i, True))
-            for name in reversed(_all_inputs(nodes[i])):
-                j = produced.get(name)
-                if j is not None and not state[j]:
-                    stack.append((j, False))
-    return order
-
-
-def _all_inputs(node) -> list[str]:
-    """A node's inputs, plus the outer values its subgraphs (If branches) read."""
-    names = [n for n in node.input if n]
-    for a in node.attribute:
-        if a.type == a.GRAPH:
-            names.extend(n for sub in a.g.node for n in sub.input if n)
-    return names

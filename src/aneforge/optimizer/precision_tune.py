@@ -235,6 +235,8 @@ def paired_cancellation(out):
             same = a.shape == b.shape == node.shape
             if same and _contraction(a) is not None and _contraction(b) is not None:
                 new = paired_subtract(_as_pair(memo[id(a)]), _as_pair(memo[id(b)]))
+                if node.name is not None and new.name is None:
+                    new = new.named(node.name)  # the same value: the layer keeps its name
                 count += 1
         memo[id(node)] = new
     result = [memo[id(t)] for t in outs]

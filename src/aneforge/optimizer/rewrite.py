@@ -7,6 +7,12 @@ stay shared, rebuilds a node only when one of its sources changed, and applies t
 to every node until none matches. It returns the very same output objects when nothing
 changed.
 
+Names survive: a rebuilt node keeps its name, and a replacement a rule has just built
+(fresh, unnamed) takes over the name of the node it replaces, since it computes the same
+value. A rule that returns an existing node (``x * 1 -> x``) returns it with its own
+name: the replaced node's name goes with the node. (There is no common-subexpression
+merge here: structurally equal nodes stay separate, each with its name.)
+
 Example:
     >>> import aneforge as af
     >>> from aneforge.optimizer.rewrite import rewrite
@@ -23,7 +29,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..graph.tensor import Tensor, with_srcs
+from ..graph.naming import user_name
+from ..graph.tensor import Tensor, creation_mark, with_srcs
 
 # Rewriting one node more often than this means two rules undo each other.
 MAX_REWRITES_PER_NODE = 64
@@ -92,6 +99,7 @@ def rewrite(outputs: Sequence[Tensor], rules: Sequence[Rule]):
         """Rewrite ``node`` (whose sources are settled) until no rule applies."""
         for _ in range(MAX_REWRITES_PER_NODE):
             for rule in by_op.get(node.op, ()):
+                mark = creation_mark()
                 out = rule.fn(node)
                 if out is not None and out is not node:
                     if out.shape != node.shape:
@@ -99,7 +107,7 @@ def rewrite(outputs: Sequence[Tensor], rules: Sequence[Rule]):
                             f"rule {rule.name} changed shape {node.shape} -> {out.shape}"
                         )
                     counts[rule.name] += 1
-                    node = visit(out, depth + 1)
+                    node = visit(_inherit_name(out, node, mark), depth + 1)
                     break
             else:
                 return node
@@ -129,3 +137,12 @@ def rewrite(outputs: Sequence[Tensor], rules: Sequence[Rule]):
 
     new_outputs = [visit(t) for t in outputs]
     return new_outputs, RewriteReport(dict(counts), rebuilt)
+
+
+def _inherit_name(out: Tensor, node: Tensor, mark: int) -> Tensor:
+    """``out`` under ``node``'s name when the rule has just built it (after ``mark``) and
+    left it unnamed: nothing else holds ``out`` yet, so the renamed copy is its only use."""
+    name = user_name(node)
+    if name is None or user_name(out) is not None or out._order <= mark or out.op == "input":
+        return out
+    return out.named(name)

@@ -37,6 +37,8 @@ from ..graph.hashing import structural_hash
 from ..graph.tensor import Tensor
 
 DEFAULT_ATOL = 5e-3  # fp16 noise: rejects lossy variants unless the caller widens it
+# A lossy variant must be at least this much faster than the best lossless one.
+MIN_LOSSY_SPEEDUP = 1.10
 
 
 def _relative_deviation(outs, refs) -> float:
@@ -70,7 +72,7 @@ def tune(
     budget: int = 8,
     inputs=None,
     atol: float = DEFAULT_ATOL,
-    min_lossy_speedup: float = 1.10,
+    min_lossy_speedup: float = MIN_LOSSY_SPEEDUP,
     prune_factor: float = 1.5,
     device=None,
     cache: bool = True,
@@ -111,7 +113,7 @@ def tune(
 
         if target_error is None:
             raise OptionError("tune: allow_paired=True needs target_error= (precision tuning)")
-        defaults = (8, DEFAULT_ATOL, 1.10, 1.5, True, None)
+        defaults = (8, DEFAULT_ATOL, MIN_LOSSY_SPEEDUP, 1.5, True, None)
         given = (budget, atol, min_lossy_speedup, prune_factor, cache, cache_dir)
         names = ("budget", "atol", "min_lossy_speedup", "prune_factor", "cache", "cache_dir")
         extra = [n for n, v, d in zip(names, given, defaults) if v != d]

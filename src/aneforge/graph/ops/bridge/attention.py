@@ -93,7 +93,7 @@ NATIVE_MAX_POSITIONS = 2048
 NATIVE_MAX_BOTH_AXES = 512
 
 
-def sdpa(q, k, v, scale=None, mask=None) -> Tensor:
+def sdpa(q, k, v, scale=None, mask=None, *, name=None) -> Tensor:
     """Scaled dot-product attention ``softmax((q @ k^T) * scale [+ mask], -1) @ v``.
 
     Inputs: ``q`` [..., S, D], ``k`` [..., T, D], ``v`` [..., T, Dv], all rank 3 or 4
@@ -107,7 +107,8 @@ def sdpa(q, k, v, scale=None, mask=None) -> Tensor:
     Outside that envelope this function therefore emits the decomposed form instead of
     the native ``sdpa`` bridge node: ``bmm(q, k^T)``, ``* scale``, ``+ mask``,
     ``softmax(-1)``, ``bmm(., v)`` (the wide matmul accumulator holds it to ~5e-3). On
-    the emulator the two forms give the same bits.
+    the emulator the two forms give the same bits. ``name`` labels the node returned
+    (the final ``bmm`` of the decomposed form).
 
     Emulator numerics, exactly the fp16 steps of the fused decomposition
     ``((q @ k^T) * scale [+ mask]).softmax(-1) @ v``, so both are bit-identical:
@@ -125,7 +126,7 @@ def sdpa(q, k, v, scale=None, mask=None) -> Tensor:
         'bmm'
     """
     srcs = (q, k, v) if mask is None else (q, k, v, mask)
-    node = make("sdpa", *srcs, scale=scale, has_mask=mask is not None)
+    node = make("sdpa", *srcs, scale=scale, has_mask=mask is not None, name=name)
     q, k, v = node.srcs[:3]
     s_len, t_len = q.shape[-2], k.shape[-2]
     if max(s_len, t_len) <= NATIVE_MAX_POSITIONS and min(s_len, t_len) <= NATIVE_MAX_BOTH_AXES:
@@ -135,7 +136,7 @@ def sdpa(q, k, v, scale=None, mask=None) -> Tensor:
     scores = make("mul", make("bmm", q, make("transpose", k, perm=perm)), float(scale))
     if mask is not None:
         scores = make("add", scores, node.srcs[3])
-    return make("bmm", make("softmax", scores, axis=-1), v)
+    return make("bmm", make("softmax", scores, axis=-1), v, name=name)
 
 
 OPS = (_SDPA,)

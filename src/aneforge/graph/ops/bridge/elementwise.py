@@ -35,7 +35,7 @@ _SCALED_ELEMENTWISE = bridge_op(
 )
 
 
-def scaled_elementwise(a, b, op="add", scale=1.0) -> Tensor:
+def scaled_elementwise(a, b, op="add", scale=1.0, *, name=None) -> Tensor:
     """``scale * (a op b)`` with ``op`` one of 'add', 'sub', 'mul' (NumPy broadcasting).
 
     Inputs: ``a``, ``b`` (tensors, or arrays/scalars that become fp16 weights).
@@ -49,7 +49,7 @@ def scaled_elementwise(a, b, op="add", scale=1.0) -> Tensor:
         >>> af.compile(y)(np.array([3.0, 5.0]))
         array([1., 2.], dtype=float32)
     """
-    return make("scaled_elementwise", a, b, op=op, scale=scale)
+    return make("scaled_elementwise", a, b, op=op, scale=scale, name=name)
 
 
 #: This module's op records; the package registers them in BRIDGE_OPS order.

@@ -51,7 +51,7 @@ _CROSS_PRODUCT = bridge_op(
 )
 
 
-def cross_product(a, b, axis=-1) -> Tensor:
+def cross_product(a, b, axis=-1, *, name=None) -> Tensor:
     """Cross product ``a x b`` of 3-vectors laid along ``axis``.
 
     Inputs: ``a``, ``b`` broadcasting together (NumPy rules), each with size 3 along
@@ -66,7 +66,7 @@ def cross_product(a, b, axis=-1) -> Tensor:
         >>> af.compile(cross_product(a, np.array([0.0, 1.0, 0.0])))(np.array([1.0, 0, 0]))
         array([0., 0., 1.], dtype=float32)
     """
-    return make("cross_product", a, b, axis=axis)
+    return make("cross_product", a, b, axis=axis, name=name)
 
 
 def _xcorr_shape(in_shapes, attrs):
@@ -113,7 +113,7 @@ _CROSS_CORRELATION = bridge_op(
 )
 
 
-def cross_correlation(x, template) -> Tensor:
+def cross_correlation(x, template, *, name=None) -> Tensor:
     """Valid-mode cross-correlation of images with a template tensor (summed over C).
 
     Inputs: ``x`` [N, C, H, W]; ``template`` [C, th, tw] (a tensor, not a weight; arrays
@@ -130,7 +130,7 @@ def cross_correlation(x, template) -> Tensor:
         >>> cross_correlation(af.input((1, 3, 8, 8)), af.input((3, 3, 2))).shape
         (1, 1, 6, 7)
     """
-    return make("cross_correlation", x, template)
+    return make("cross_correlation", x, template, name=name)
 
 
 def _cost_volume_shape(in_shapes, attrs):
@@ -162,7 +162,7 @@ _COST_VOLUME = bridge_op(
 )
 
 
-def cost_volume(left, right, max_disp) -> Tensor:
+def cost_volume(left, right, max_disp, *, name=None) -> Tensor:
     """Stereo correlation cost volume over disparities ``0 .. max_disp-1``.
 
     Inputs: ``left``, ``right`` [N, C, H, W] of the same shape. Attributes:
@@ -178,7 +178,7 @@ def cost_volume(left, right, max_disp) -> Tensor:
         >>> cost_volume(af.input((1, 4, 5, 6)), af.input((1, 4, 5, 6)), 3).shape
         (1, 3, 5, 6)
     """
-    return make("cost_volume", left, right, max_disp=max_disp)
+    return make("cost_volume", left, right, max_disp=max_disp, name=name)
 
 
 def _sq_dist(st, p, c):
@@ -229,7 +229,7 @@ _FPS = bridge_op(
 )
 
 
-def fps(points, k) -> Tensor:
+def fps(points, k, *, name=None) -> Tensor:
     """Farthest point sampling: the indices of ``k`` well spread points.
 
     Inputs: ``points`` [N, 3] or [B, N, 3]. Attributes: ``k`` (1 <= k <= N). Output:
@@ -248,7 +248,7 @@ def fps(points, k) -> Tensor:
         >>> af.compile(fps(af.input((4, 3)), 3))(pts)
         array([0., 2., 3.], dtype=float32)
     """
-    return make("fps", points, k=k)
+    return make("fps", points, k=k, name=name)
 
 
 def _radius_attr():
@@ -299,7 +299,7 @@ _RADIUS_SEARCH = bridge_op(
 )
 
 
-def radius_search(points, centers, radius, max_neighbors) -> Tensor:
+def radius_search(points, centers, radius, max_neighbors, *, name=None) -> Tensor:
     """Ball query: for each center, the indices of the points within ``radius``.
 
     Inputs: ``points`` [N, 3], ``centers`` [M, 3]. Attributes: ``radius`` (>= 0),
@@ -320,7 +320,9 @@ def radius_search(points, centers, radius, max_neighbors) -> Tensor:
         >>> af.compile(out)(pts, np.zeros((1, 3)))
         array([[ 0.,  2., -1.]], dtype=float32)
     """
-    return make("radius_search", points, centers, radius=radius, max_neighbors=max_neighbors)
+    return make(
+        "radius_search", points, centers, radius=radius, max_neighbors=max_neighbors, name=name
+    )
 
 
 #: This module's op records; the package registers them in BRIDGE_OPS order.

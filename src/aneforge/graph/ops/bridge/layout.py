@@ -43,7 +43,7 @@ _FLATTEN = bridge_op(
 )
 
 
-def flatten(x, axis=0) -> Tensor:
+def flatten(x, axis=0, *, name=None) -> Tensor:
     """ONNX-style flatten: the axes before ``axis`` become one dim, the rest another.
 
     Inputs: ``x`` of any rank. Attributes: ``axis`` in [-rank, rank] (negative counts
@@ -56,7 +56,7 @@ def flatten(x, axis=0) -> Tensor:
         >>> flatten(af.input((2, 3, 4)), axis=1).shape, flatten(af.input((2, 3))).shape
         ((2, 12), (6,))
     """
-    return make("flatten", x, axis=axis)
+    return make("flatten", x, axis=axis, name=name)
 
 
 def _factor_attr():
@@ -132,7 +132,7 @@ _BLOCKS = tuple(
 )
 
 
-def space_to_channel(x, factor) -> Tensor:
+def space_to_channel(x, factor, *, name=None) -> Tensor:
     """Space to depth in PyTorch ``pixel_unshuffle`` order: [N, C, H, W] ->
     [N, C*r*r, H/r, W/r] with ``out[n, c*r*r + dy*r + dx, i, j] = x[n, c, i*r+dy, j*r+dx]``.
 
@@ -145,10 +145,10 @@ def space_to_channel(x, factor) -> Tensor:
         >>> space_to_channel(af.input((1, 3, 8, 6)), 2).shape
         (1, 12, 4, 3)
     """
-    return make("space_to_channel", x, factor=factor)
+    return make("space_to_channel", x, factor=factor, name=name)
 
 
-def channel_to_space(x, factor) -> Tensor:
+def channel_to_space(x, factor, *, name=None) -> Tensor:
     """Depth to space in PyTorch ``pixel_shuffle`` order: [N, C*r*r, H, W] ->
     [N, C, H*r, W*r] with ``out[n, c, i*r+dy, j*r+dx] = x[n, c*r*r + dy*r + dx, i, j]``.
 
@@ -161,10 +161,10 @@ def channel_to_space(x, factor) -> Tensor:
         >>> channel_to_space(af.input((1, 12, 4, 3)), 2).shape
         (1, 3, 8, 6)
     """
-    return make("channel_to_space", x, factor=factor)
+    return make("channel_to_space", x, factor=factor, name=name)
 
 
-def space_to_batch(x, factor) -> Tensor:
+def space_to_batch(x, factor, *, name=None) -> Tensor:
     """Space to batch in TensorFlow ``space_to_batch_nd`` block order: [N, C, H, W] ->
     [N*r*r, C, H/r, W/r] with ``out[(dy*r + dx)*N + n, c, i, j] = x[n, c, i*r+dy, j*r+dx]``.
 
@@ -177,10 +177,10 @@ def space_to_batch(x, factor) -> Tensor:
         >>> space_to_batch(af.input((2, 3, 8, 6)), 2).shape
         (8, 3, 4, 3)
     """
-    return make("space_to_batch", x, factor=factor)
+    return make("space_to_batch", x, factor=factor, name=name)
 
 
-def batch_to_space(x, factor) -> Tensor:
+def batch_to_space(x, factor, *, name=None) -> Tensor:
     """Batch to space, the inverse of :func:`space_to_batch`: [N*r*r, C, H, W] ->
     [N, C, H*r, W*r] with ``out[n, c, i*r+dy, j*r+dx] = x[(dy*r + dx)*N + n, c, i, j]``.
 
@@ -193,7 +193,7 @@ def batch_to_space(x, factor) -> Tensor:
         >>> batch_to_space(af.input((8, 3, 4, 3)), 2).shape
         (2, 3, 8, 6)
     """
-    return make("batch_to_space", x, factor=factor)
+    return make("batch_to_space", x, factor=factor, name=name)
 
 
 def _input_view_shape(in_shapes, attrs):
@@ -233,7 +233,7 @@ _INPUT_VIEW = bridge_op(
 )
 
 
-def input_view(x, begins, sizes) -> Tensor:
+def input_view(x, begins, sizes, *, name=None) -> Tensor:
     """A static window ``x[b0:b0+s0, b1:b1+s1, ...]`` over every axis.
 
     Inputs: ``x`` of any rank. Attributes: ``begins`` (>= 0) and ``sizes`` (>= 1), one
@@ -246,7 +246,7 @@ def input_view(x, begins, sizes) -> Tensor:
         >>> input_view(af.input((4, 6)), (1, 2), (2, 3)).shape
         (2, 3)
     """
-    return make("input_view", x, begins=tuple(begins), sizes=tuple(sizes))
+    return make("input_view", x, begins=tuple(begins), sizes=tuple(sizes), name=name)
 
 
 def _dynamic_slice_shape(in_shapes, attrs):
@@ -291,7 +291,7 @@ _DYNAMIC_SLICE = bridge_op(
 )
 
 
-def dynamic_slice(x, start, sizes) -> Tensor:
+def dynamic_slice(x, start, sizes, *, name=None) -> Tensor:
     """A window of static ``sizes`` at offsets read from the tensor ``start`` at run time.
 
     Inputs: ``x`` of any rank; ``start`` a tensor of shape (rank,) holding one offset per
@@ -308,7 +308,7 @@ def dynamic_slice(x, start, sizes) -> Tensor:
         >>> af.compile(dynamic_slice(x, at, (2,)))(np.arange(6.0), np.array([9.0]))
         array([4., 5.], dtype=float32)
     """
-    return make("dynamic_slice", x, start, sizes=tuple(sizes))
+    return make("dynamic_slice", x, start, sizes=tuple(sizes), name=name)
 
 
 #: This module's op records; the package registers them in BRIDGE_OPS order.

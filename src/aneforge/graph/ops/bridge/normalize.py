@@ -50,7 +50,7 @@ _MINMAX_NORM = bridge_op(
 )
 
 
-def minmax_norm(x, axes=None, eps=1e-5) -> Tensor:
+def minmax_norm(x, axes=None, eps=1e-5, *, name=None) -> Tensor:
     """Min-max normalization ``(x - amin) / (amax - amin + eps)`` over ``axes``.
 
     Inputs: ``x`` of any rank >= 1. Attributes: ``axes`` (int or ints; None = every axis
@@ -67,7 +67,7 @@ def minmax_norm(x, axes=None, eps=1e-5) -> Tensor:
     """
     if isinstance(axes, int):
         axes = (axes,)
-    return make("minmax_norm", x, axes=axes, eps=eps)
+    return make("minmax_norm", x, axes=axes, eps=eps, name=name)
 
 
 def _lrn_shape(in_shapes, attrs):
@@ -110,7 +110,7 @@ _LRN = bridge_op(
 )
 
 
-def lrn(x, size=5, alpha=1e-4, beta=0.75, bias=1.0) -> Tensor:
+def lrn(x, size=5, alpha=1e-4, beta=0.75, bias=1.0, *, name=None) -> Tensor:
     """Local response normalization across channels (the ONNX ``LRN`` definition).
 
     Inputs: ``x`` [N, C, ...] (rank 3 to 5, channels on axis 1). Attributes: ``size``
@@ -128,7 +128,7 @@ def lrn(x, size=5, alpha=1e-4, beta=0.75, bias=1.0) -> Tensor:
         >>> lrn(af.input((1, 8, 4, 4)), size=3).shape
         (1, 8, 4, 4)
     """
-    return make("lrn", x, size=size, alpha=alpha, beta=beta, bias=bias)
+    return make("lrn", x, size=size, alpha=alpha, beta=beta, bias=bias, name=name)
 
 
 #: This module's op records; the package registers them in BRIDGE_OPS order.

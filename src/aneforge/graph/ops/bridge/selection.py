@@ -79,7 +79,7 @@ _ARGMAX = bridge_op(
 )
 
 
-def argmax(x, axis=-1, keepdims=False) -> Tensor:
+def argmax(x, axis=-1, keepdims=False, *, name=None) -> Tensor:
     """Index of the first maximum of ``x`` along ``axis`` (NaN counts as the maximum,
     as in ``numpy.argmax``).
 
@@ -96,7 +96,7 @@ def argmax(x, axis=-1, keepdims=False) -> Tensor:
         >>> af.compile(argmax(x, keepdims=True))(np.array([1.0, 3.0, 3.0, 2.0]))
         array([1.], dtype=float32)
     """
-    return make("argmax", x, axis=axis, keepdims=keepdims)
+    return make("argmax", x, axis=axis, keepdims=keepdims, name=name)
 
 
 def _topk_shape(in_shapes, attrs):
@@ -140,7 +140,7 @@ _TOPK = bridge_op(
 )
 
 
-def topk(x, k, axis=-1, largest=True) -> tuple[Tensor, Tensor]:
+def topk(x, k, axis=-1, largest=True, *, name=None) -> tuple[Tensor, Tensor]:
     """The ``k`` largest (or smallest) entries of ``x`` along ``axis``: (values, indices).
 
     Inputs: ``x`` of any rank >= 1. Attributes: ``k`` (1 <= k <= size of ``axis``),
@@ -149,7 +149,8 @@ def topk(x, k, axis=-1, largest=True) -> tuple[Tensor, Tensor]:
     ``output="indices"``, same attributes). Sorted descending for ``largest`` (ascending
     otherwise); equal values keep index order, lower index first; NaN ranks above every
     number. Indices are fp16 integers, exact up to 2048, so ``axis`` may hold at most
-    2049 elements (longer raises ShapeError at build time).
+    2049 elements (longer raises ShapeError at build time). ``name`` labels the values
+    node; the indices node is named ``f"{name}/indices"``.
     Emulator numerics: exact (a selection, no rounding).
 
     Example:
@@ -161,7 +162,9 @@ def topk(x, k, axis=-1, largest=True) -> tuple[Tensor, Tensor]:
         (array([4., 4.], dtype=float32), array([1., 3.], dtype=float32))
     """
     common = {"k": k, "axis": axis, "largest": largest}
-    return make("topk", x, output="values", **common), make("topk", x, output="indices", **common)
+    index_name = None if name is None else f"{name}/indices"
+    values = make("topk", x, output="values", name=name, **common)
+    return values, make("topk", x, output="indices", name=index_name, **common)
 
 
 def _axis_same_shape(name):
@@ -192,7 +195,7 @@ _SORT = bridge_op(
 )
 
 
-def sort(x, axis=-1, descending=False) -> Tensor:
+def sort(x, axis=-1, descending=False, *, name=None) -> Tensor:
     """Stable sort of ``x`` along ``axis`` (ascending, or descending).
 
     Inputs: ``x`` of any rank >= 1. Attributes: ``axis`` (default -1), ``descending``.
@@ -205,7 +208,7 @@ def sort(x, axis=-1, descending=False) -> Tensor:
         >>> af.compile(sort(af.input((3,))))(np.array([2.0, -1.0, 0.5]))
         array([-1. ,  0.5,  2. ], dtype=float32)
     """
-    return make("sort", x, axis=axis, descending=descending)
+    return make("sort", x, axis=axis, descending=descending, name=name)
 
 
 #: This module's op records; the package registers them in BRIDGE_OPS order.
