@@ -7,22 +7,35 @@ spec's own formula and constants (the baseline, scaled from its anchors by the s
 rules), and prints predicted vs measured. The summary figures are the geometric-mean
 error factor ``exp(mean |ln(pred / meas)|)`` and the worst factor, for both. Then the
 same for ``src/aneforge/data/silicon_published.csv`` (published timings on nine more
-chips), summarized per chip.
+chips), summarized per chip, and the stored leave-one-chip-out errors of the kernel rows
+(``python scripts/fit_analytic.py --cv`` recomputes them, about 15 minutes).
+
+Then **whole models** (``src/aneforge/data/silicon_models.csv``): every row's network
+is built in-graph at its published size (``aneforge.models.zoo``) and priced by every
+path that prices it: the analytic model for the row's chip, the default model
+(``target=None``, measured on an M5 Pro: only rows on M5-family chips) and the spec
+formula. Rows are split by role: ``fit`` (ANEForge's own, which the fits saw) and
+``validation`` (everyone else's, never fitted on).
 
     python bench/cost_accuracy.py [--csv other_timings.csv]
 
-``--csv`` scores a file of your own (same columns) instead of the two bundled ones.
+``--csv`` scores a kernel-timing file of your own (same columns) instead of the bundled
+ones (and skips the whole models).
 
 Last lines (machine-readable; ``published_*`` only without ``--csv``):
     RESULT model_geomean_error=...             RESULT model_worst_error=...
     RESULT spec_geomean_error=...              RESULT spec_worst_error=...
     RESULT published_model_geomean_error=...   RESULT published_model_worst_error=...
     RESULT published_spec_geomean_error=...    RESULT published_spec_worst_error=...
+    RESULT kernel_cv_geomean_error=...          RESULT kernel_cv_worst_error=...
+    RESULT models_<path>_<role>_geomean_error=...  (and _worst_error), for path in
+        analytic, default, spec and role in fit, validation
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -32,19 +45,43 @@ except ImportError:  # running from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import aneforge as af
 
-from aneforge.cost.silicon import PUBLISHED, build_workload, chip_arch, error_factors, load_rows
+import json
+import warnings
+from importlib import resources
+
+from aneforge.compiler.compile import build_program
+from aneforge.cost.silicon import (
+    PUBLISHED,
+    build_workload,
+    chip_arch,
+    error_factors,
+    load_model_rows,
+    load_rows,
+)
 from aneforge.cost.spec_baseline import spec_estimate_us
+from aneforge.errors import PreflightError
+from aneforge.models.zoo import build
+from aneforge.targets.names import resolve_target
+
+DEFAULT_FAMILY_ARCH = resolve_target(af.cost.DEFAULT_CHIP).arch
 
 
 def score(rows, verbose: bool) -> tuple[list, list]:
     """(model, spec) lists of (predicted, measured) pairs, printing rows or per-chip lines."""
-    model, spec = [], []
+    model, spec, scored = [], [], []
     if verbose:
         print(f"{'workload':<42} {'arch':>5} {'measured':>10} {'model':>10} {'spec':>10}  (us)")
     for row in rows:
         arch = chip_arch(row.chip)
         out = build_workload(row)
-        model.append((af.estimate(out, target=arch), row.latency_us))
+        try:
+            predicted = af.estimate(out, target=arch)
+        except PreflightError as err:  # aneforge prices no program it cannot compile
+            first = str(err).splitlines()[1].strip()
+            print(f"not scored, does not compile for {arch}: {row.label} ({first})")
+            continue
+        scored.append(row)
+        model.append((predicted, row.latency_us))
         spec.append((spec_estimate_us(out, arch), row.latency_us))
         if verbose:
             pred, base = model[-1][0], spec[-1][0]
@@ -52,8 +89,8 @@ def score(rows, verbose: bool) -> tuple[list, list]:
     if not verbose:
         head = ("chip", "arch", "rows", "model geo", "worst", "spec geo", "worst")
         print("{:<10} {:>5} {:>5} {:>10} {:>7} {:>9} {:>7}".format(*head))
-        for chip in dict.fromkeys(r.chip for r in rows):
-            idx = [i for i, r in enumerate(rows) if r.chip == chip]
+        for chip in dict.fromkeys(r.chip for r in scored):
+            idx = [i for i, r in enumerate(scored) if r.chip == chip]
             mg, mw = error_factors([model[i] for i in idx])
             sg, sw = error_factors([spec[i] for i in idx])
             arch = chip_arch(chip)
@@ -75,6 +112,85 @@ def summarize(model, spec, prefix: str) -> list[str]:
     ]
 
 
+def kernel_cv() -> list[str]:
+    """The stored leave-one-chip-out errors of the kernel rows (per chip and overall)."""
+    text = resources.files("aneforge.data").joinpath("analytic_model.json").read_text()
+    cv = json.loads(text)["errors"].get("leave_one_chip_out")
+    if not cv:
+        print("no stored cross-validation: run python scripts/fit_analytic.py --cv --write")
+        return []
+    print("\nKernel rows, leave-one-chip-out (stored by scripts/fit_analytic.py --cv):")
+    for chip, e in sorted(cv["chips"].items()):
+        print(f"  {chip:<10} {e['arch']:>5} rows {e['rows']:3d}  geo {e['geomean_error']:.2f}x"
+              f"  worst {e['worst_error']:.2f}x")  # fmt: skip
+    logs = [
+        (e["rows"], e["geomean_error"], e["worst_error"])
+        for name, e in cv.items()
+        if name.endswith(".csv") and name != "silicon_models.csv"
+    ]
+    rows = sum(n for n, _, _ in logs)
+    geo = math.exp(sum(n * math.log(g) for n, g, _ in logs) / rows)
+    worst = max(w for _, _, w in logs)
+    print(f"  all kernel rows: {rows}, geometric-mean {geo:.3f}x, worst {worst:.3f}x")
+    return [
+        f"RESULT kernel_cv_geomean_error={geo:.3f}",
+        f"RESULT kernel_cv_worst_error={worst:.3f}",
+    ]
+
+
+def whole_models() -> list[str]:
+    """Price every whole-model row on every path; print rows and per-(path, role) errors.
+
+    Rows with an ``excluded`` reason are listed with it and not scored; int8 rows are
+    priced as the whole-graph int8 variant (``int8=True``)."""
+    rows = load_model_rows()
+    print("\nWhole models (data/silicon_models.csv):")
+    head = ("row", "role", "arch", "measured", "analytic", "default", "spec")
+    print("{:<44} {:>10} {:>5} {:>9} {:>9} {:>9} {:>9}  (us)".format(*head))
+    pairs: dict = {}
+    per_chip: dict = {}
+    built: dict = {}
+    skipped = []
+    for r in rows:
+        label = f"{r.label} {r.precision}"
+        if r.excluded:
+            skipped.append(f"  {label}: {r.excluded}")
+            continue
+        key = (r.model, r.batch, r.size)
+        if key not in built:
+            built[key] = build_program([build(r.model, batch=r.batch, size=r.size)[1]])
+        prog, arch, int8 = built[key], chip_arch(r.chip), r.precision == "int8"
+        got = {"analytic": af.estimate(prog, int8=int8, target=arch)}
+        if arch == DEFAULT_FAMILY_ARCH:
+            got["default"] = af.estimate(prog, int8=int8)
+        if not int8:
+            got["spec"] = spec_estimate_us(prog, arch)
+        for path, pred in got.items():
+            pairs.setdefault((path, r.role), []).append((pred, r.latency_us))
+        per_chip.setdefault(r.chip, []).append((got["analytic"], r.latency_us))
+        cells = [f"{got[p]:9.0f}" if p in got else f"{'-':>9}" for p in got and PATHS]
+        print(f"{label:<44} {r.role:>10} {arch:>5} {r.latency_us:9.0f} {' '.join(cells)}")
+    print("not scored:")
+    print("\n".join(skipped) or "  (none)")
+    print("analytic model per chip:")
+    for chip, ps in per_chip.items():
+        geo, worst = error_factors(ps)
+        print(f"  {chip:<11} rows {len(ps):3d}  geometric-mean {geo:.2f}x  worst {worst:.2f}x")
+    results = []
+    for (path, role), ps in sorted(pairs.items()):
+        geo, worst = error_factors(ps)
+        print(f"  {path:<9} {role:<10} rows {len(ps):3d}  geometric-mean {geo:.3f}x  "
+              f"worst {worst:.3f}x")  # fmt: skip
+        results += [
+            f"RESULT models_{path}_{role}_geomean_error={geo:.3f}",
+            f"RESULT models_{path}_{role}_worst_error={worst:.3f}",
+        ]
+    return results
+
+
+PATHS = ("analytic", "default", "spec")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, help="timings in the calibration.csv format")
@@ -86,6 +202,10 @@ def main(argv=None) -> int:
         results = summarize(*score(load_rows(), verbose=True), "")
         print("\nPublished timings on other chips (data/silicon_published.csv):")
         results += summarize(*score(load_rows(bundled=PUBLISHED), verbose=False), "published_")
+        results += kernel_cv()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            results += whole_models()
     print("\n".join(results))
     return 0
 

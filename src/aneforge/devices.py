@@ -125,8 +125,10 @@ class SimulatedANE(_TimedDevice):
     Example:
         >>> import aneforge as af
         >>> x = af.input((64, 256))
-        >>> af.SimulatedANE(noise=0.0).measure(af.compile(x.relu()), []) * 1e6
-        63.3
+        >>> prog = af.compile(x.relu())
+        >>> seconds = af.SimulatedANE(noise=0.0).measure(prog, [])
+        >>> round(seconds * 1e6, 6) == round(af.estimate(prog), 6)
+        True
     """
 
     def __init__(self, target=None, noise: float = 0.05, seed: int = 0):

@@ -370,7 +370,7 @@ def test_plan_prices_candidates_and_records_the_choice():
     assert small.method == "dense"  # tie at the dispatch floor: fewer roundings win
     assert big.method == "staged" and big.factors == (64, 64)
     est = dict(big.estimates)
-    assert est["dense"] > 10 * est["staged 64x64"]
+    assert est["dense"] > 5 * est["staged 64x64"]  # 32 MiB of DFT weights against 0.5
     x = (af.input((4, 4096)), af.input((4, 4096)))
     assert math.isclose(af.estimate(list(F.fft(x, method=(64, 64)))), est["staged 64x64"])
     auto = F.fft(x)

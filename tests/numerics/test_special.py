@@ -84,9 +84,11 @@ def test_refit_reproduces_the_stored_coefficients():
     assert sorted(stored["fits"]) == sorted(fitted["fits"])
     for name, rec in fitted["fits"].items():
         assert stored["fits"][name]["coefficients"] == rec["coefficients"], name
+        # The float64 least-squares solution moves by ~1e-7 relative between BLAS builds
+        # (summation order); the fp16 coefficients the kernels use must match exactly.
         np.testing.assert_allclose(
             stored["fits"][name]["coefficients_float64"], rec["coefficients_float64"],
-            rtol=1e-9, atol=1e-15,
+            rtol=1e-6, atol=1e-15,
         )  # fmt: skip
         assert S.coefficients(name) == tuple(rec["coefficients"])
 

@@ -159,8 +159,8 @@ def test_units_divide_the_cores_by_the_curves_multiplier():
 def test_provenance_carries_the_models_published_accuracy():
     rows = estimate_provenance("M5 Pro")["measured"]
     by_chip = {r["chip"]: r for r in rows}
-    assert set(by_chip) == {"M5", "M5 Max", "M5 Pro"}
-    assert by_chip["M5 Pro"]["rows"] == 11
+    assert set(by_chip) == {"M5", "M5 Pro"}  # the M5 Max's one row does not compile
+    assert by_chip["M5 Pro"]["rows"] == 11 + 5  # kernel rows and whole models
     for r in rows:
         assert 1.0 <= r["geomean_error"] <= r["worst_error"]
         assert r["held_out_geomean_error"] >= 1.0

@@ -2,9 +2,17 @@
 
 Per fused program (region) on chip ``T``::
 
-    t = overhead_T + max(compute_T, memory_T)
+    t = overhead_T + layer_T * passes + max(sum of compute_n, sum of memory_n)
 
-- ``compute_T = sum over contractions of flops / (peak_T * u)``, with the utilization
+- a region's DMA (weights streaming in, activations in and out) overlaps its compute
+  across nodes (the engine prefetches the next pass's weights while one computes), so
+  the work is the larger of the two sums, never below the sum of the compute legs;
+- ``layer_T`` is a fixed cost per pass of the engine: every node but a view (reshape,
+  squeeze, expand_dims: no data moves) and a pointwise op (elementwise ops, inference
+  batch_norm) that reads a value produced inside the region, which runs in the epilogue
+  of its producer's pass and overlaps it;
+- ``compute_n = flops / (peak_T * u)`` for contractions,
+  with the utilization
   ramp ``u = min(1, (flops / F_T) ** q)``: an op too small to fill every unit and
   pipeline runs below peak (spec 000's h14 ramp, applied to every chip). matmul, linear
   and bmm run at a fitted fraction of the convolution peak (the engine is a
@@ -50,11 +58,11 @@ from importlib import resources
 
 import numpy as np
 
-from ..numerics.compression import weight_stream_bytes
+from ..graph.registry import get_op
 from ..targets.table import Target, get_target
 from .bridge import bridge_cost_us
 from .calibration import constants
-from .roofline import node_flops
+from .roofline import node_bytes, node_flops, weight_bytes
 
 M1_ARCH = "h13"
 MATMUL_OPS = ("matmul", "linear", "bmm")
@@ -78,6 +86,7 @@ class AnalyticParams:
     restream_bytes_per_us: float | None = None  # re-streamed slices' path (None: bw_data)
     overhead_unit_exponent: float = 0.0  # overhead also scales as units ** -this
     matmul_peak_fraction: float = 1.0  # matmul/linear/bmm run at this fraction of the peak
+    layer_overhead_us: float = 0.0  # fixed cost of one engine pass (scales as 1 / clock)
     swap_rows: int = 16  # a matmul with at most this many rows may swap roles
 
 
@@ -103,6 +112,7 @@ class ChipConstants:
     swap_rows: int
     matmul_peak_fraction: float = 1.0
     restream_bw: float = math.inf
+    layer_us: float = 0.0
 
 
 def chip_constants(target: Target, p: AnalyticParams | None = None) -> ChipConstants:
@@ -125,6 +135,7 @@ def chip_constants(target: Target, p: AnalyticParams | None = None) -> ChipConst
         p.swap_rows,
         p.matmul_peak_fraction,
         p.restream_bytes_per_us or p.bw_data_bytes_per_us * bw,
+        p.layer_overhead_us / clock,
     )
 
 
@@ -133,11 +144,24 @@ def _rows(node) -> int:
     return math.prod(node.srcs[0].shape[:-1]) if node.srcs[0].ndim > 1 else 1
 
 
+def is_pass(node, inside) -> bool:
+    """Whether ``node`` costs the engine a pass of its own inside a region whose node ids
+    are ``inside``: views never do; a pointwise op (``elementwise`` or ``pointwise``
+    flag) does only when none of its activation inputs is produced in the region."""
+    flags = get_op(node.op).flags
+    if "view" in flags:
+        return False
+    if "elementwise" in flags or "pointwise" in flags:
+        return not any(id(s) in inside for s in node.srcs if s.op != "weight")
+    return True
+
+
 @dataclass(frozen=True)
 class RegionLoad:
     """What one fused region asks of a chip, whatever the constants: per node (arrays in
     the region's order) its flops, streamed weight bytes, input activation bytes read
-    from memory, output bytes written out, and whether it is a GEMV that may swap roles.
+    from memory, output bytes written out, whether it is a GEMV that may swap roles, a
+    matmul-family op, and an engine pass of its own (:func:`is_pass`).
     Computed once per (program, family); :func:`region_time_us` prices it on a chip."""
 
     nodes: tuple
@@ -147,14 +171,18 @@ class RegionLoad:
     out_bytes: np.ndarray
     swappable: np.ndarray
     matmul: np.ndarray
+    passes: np.ndarray
 
 
-def region_load(nodes, family: int, outputs=frozenset(), swap_rows: int = 16) -> RegionLoad:
+def region_load(
+    nodes, family: int | None, outputs=frozenset(), swap_rows: int = 16, int8: bool = False
+) -> RegionLoad:
     """The :class:`RegionLoad` of ``nodes`` (one fused region) on a chip of ``family``.
 
     A node's value stays on chip (no traffic) when read inside the region and not in
     ``outputs`` (ids of nodes read after the region); weights cost their encoded bytes
-    where ``family`` streams the encoding natively, else fp16.
+    where ``family`` streams the encoding natively, else fp16 (``family=None``: their
+    encoded bytes; ``int8=True`` prices fp16 contraction weights at one byte each).
     """
     inside = {id(n) for n in nodes}
     used_inside = {id(s) for n in nodes for s in n.srcs if id(s) in inside}
@@ -163,18 +191,20 @@ def region_load(nodes, family: int, outputs=frozenset(), swap_rows: int = 16) ->
         resident = id(n) in used_inside and id(n) not in outputs
         cols.append((
             node_flops(n),
-            float(sum(weight_stream_bytes(s, family) for s in n.srcs if s.op == "weight")),
+            weight_bytes(n, int8, family),
             FP16 * sum(s.size for s in n.srcs if s.op != "weight" and id(s) not in inside),
             0.0 if resident else FP16 * n.size,
             n.op in ("matmul", "linear") and _rows(n) <= swap_rows,
             n.op in MATMUL_OPS,
+            is_pass(n, inside),
         ))  # fmt: skip
-    flops, w, acts, out, swap, mm = (np.array(c, dtype=float) for c in zip(*cols))
-    return RegionLoad(tuple(nodes), flops, w, acts, out, swap.astype(bool), mm.astype(bool))
+    flops, w, acts, out, swap, mm, passes = (np.array(c, float) for c in zip(*cols))
+    return RegionLoad(tuple(nodes), flops, w, acts, out, swap > 0, mm > 0, passes > 0)
 
 
-def load_terms(load: RegionLoad, c: ChipConstants) -> tuple[np.ndarray, np.ndarray]:
-    """Per-node (compute us, memory us) of ``load`` on chip ``c``."""
+def load_parts(load: RegionLoad, c: ChipConstants) -> tuple[np.ndarray, ...]:
+    """Per-node (compute, weight traffic, activation traffic, pass overhead) in us of
+    ``load`` on chip ``c``; a node takes ``overhead + max(compute, weights + acts)``."""
     with np.errstate(divide="ignore", invalid="ignore"):
         util = np.minimum(1.0, (load.flops / c.ramp_flops) ** c.ramp_exponent)
         peak = c.peak_flops_per_us * np.where(load.matmul, c.matmul_peak_fraction, 1.0)
@@ -182,11 +212,32 @@ def load_terms(load: RegionLoad, c: ChipConstants) -> tuple[np.ndarray, np.ndarr
     w = load.weight_bytes
     slices = np.where(w > c.kernel_buffer_bytes, np.ceil(w / c.kernel_buffer_bytes), 1.0)
     data = load.acts_in + load.out_bytes
-    restream = load.acts_in * (slices - 1)  # the input streams again for every further slice
-    memory = w / c.bw_kernel + data / c.bw_data + restream / c.restream_bw
-    swapped = w / c.bw_data + data / c.bw_kernel + restream / c.restream_bw  # GEMV: roles swap
-    memory = np.where(load.swappable & (w > 0), np.minimum(memory, swapped), memory)
-    return compute, memory
+    restream = load.acts_in * (slices - 1) / c.restream_bw  # input again for each slice
+    weights, acts = w / c.bw_kernel, data / c.bw_data + restream
+    # A GEMV may swap roles: the activation becomes the kernel, the weight streams as data.
+    sw_weights, sw_acts = w / c.bw_data, data / c.bw_kernel + restream
+    swap = load.swappable & (w > 0) & (sw_weights + sw_acts < weights + acts)
+    weights, acts = np.where(swap, sw_weights, weights), np.where(swap, sw_acts, acts)
+    return compute, weights, acts, np.where(load.passes, c.layer_us, 0.0)
+
+
+def load_terms(load: RegionLoad, c: ChipConstants) -> tuple[np.ndarray, np.ndarray]:
+    """Per-node (compute us, memory us) of ``load`` on chip ``c``."""
+    compute, weights, acts, _ = load_parts(load, c)
+    return compute, weights + acts
+
+
+def node_times(compute, weights, acts, overhead) -> np.ndarray:
+    """Each node's part of its region's time: its pass overhead plus its share of the
+    region's overlapped work ``max(sum compute, sum memory)`` (weight and activation DMA
+    of one pass overlaps the compute of others), in proportion to the node's own
+    roofline time ``max(compute, weights + acts)``. The parts add up to the region's
+    work plus its pass overheads."""
+    alone = np.maximum(compute, weights + acts)
+    total_alone = float(alone.sum())
+    work = max(float(compute.sum()), float((weights + acts).sum()))
+    scale = work / total_alone if total_alone > 0 else 0.0
+    return overhead + alone * scale
 
 
 def node_terms(node, c: ChipConstants) -> dict:
@@ -202,35 +253,60 @@ def region_time_us(nodes, c: ChipConstants, outputs=frozenset(), load=None) -> d
     ``outputs`` holds the ids of nodes read after the region (program outputs, bridge
     inputs): those are written out even when also used inside. ``load`` is the region's
     precomputed :class:`RegionLoad` (computed here when not given). ``bound`` is
-    'floor' when the per-program overhead exceeds both the compute and the memory time.
+    'floor' when the per-program overhead exceeds the nodes' time.
     """
     if load is None:
         load = region_load(nodes, get_target(c.arch).family, outputs, c.swap_rows)
-    node_compute, node_memory = load_terms(load, c)
-    compute, memory = float(node_compute.sum()), float(node_memory.sum())
-    work = max(compute, memory)  # the region's time is c.overhead_us + work
+    compute, weights, acts, passes = load_parts(load, c)
+    times = node_times(compute, weights, acts, passes)
+    work = float(times.sum())
+    memory = weights + acts
     if c.overhead_us >= work:
         bound = "floor"
     else:
-        bound = "compute" if compute >= memory else "bandwidth"
+        bound = "compute" if compute.sum() >= memory.sum() else "bandwidth"
     terms = [
-        {"node": n, "compute_us": float(a), "memory_us": float(b)}
-        for n, a, b in zip(load.nodes, node_compute, node_memory)
+        {
+            "node": n,
+            "time_us": float(t),
+            "compute_us": float(a),
+            "weights_us": float(w),
+            "activations_us": float(x),
+            "memory_us": float(w + x),
+            "overhead_us": float(o),
+        }
+        for n, t, a, w, x, o in zip(load.nodes, times, compute, weights, acts, passes)
     ]
     return {
         "time_us": c.overhead_us + work,
         "overhead_us": c.overhead_us,
-        "compute_us": compute,
-        "memory_us": memory,
+        "work_us": work,
+        "compute_us": float(compute.sum()),
+        "memory_us": float(memory.sum()),
         "bound": bound,
         "nodes": terms,
     }
 
 
-def program_loads(prog, family: int, swap_rows: int = 16) -> list:
+def bridge_load(node) -> tuple:
+    """A cut's price, the same on every chip: ``(op, time_us, bound, bytes, flops)`` with
+    the time ``cut_us`` plus the bridge op's measured cost, or its default-model
+    roofline when its family has no measurement (bound 'measured' or that roofline's)."""
+    c = constants()
+    nbytes, flops = node_bytes(node), node_flops(node)
+    measured = bridge_cost_us(node)
+    if measured is not None:
+        return node.op, c.cut_us + measured, "measured", nbytes, flops
+    compute, memory = flops / c.flops_per_us, nbytes / c.bw_bytes_per_us
+    bound = "compute" if compute > memory else "bandwidth"
+    return node.op, c.cut_us + max(compute, memory), bound, nbytes, flops
+
+
+def program_loads(prog, family: int | None, swap_rows: int = 16, int8: bool = False) -> list:
     """Per region of ``prog``, what it asks of a chip of ``family`` whatever the
-    constants: a :class:`RegionLoad` for a fused region, the cut's time (us) for a
-    bridge. Pass it to :func:`analytic_estimate` to price many constants quickly."""
+    constants: a :class:`RegionLoad` for a fused region, a :func:`bridge_load` tuple
+    (time at index 1) for a bridge. Pass it to :func:`analytic_estimate` to price many
+    constants quickly."""
     later = {id(t) for t in prog.outputs}
     for region in prog.regions:
         if region.kind == "bridge":
@@ -238,10 +314,9 @@ def program_loads(prog, family: int, swap_rows: int = 16) -> list:
     loads = []
     for region in prog.regions:
         if region.kind == "bridge":
-            node = region.nodes[0]
-            loads.append((node.op, constants().cut_us + (bridge_cost_us(node) or 0.0)))
+            loads.append(bridge_load(region.nodes[0]))
         else:
-            loads.append(region_load(region.nodes, family, later, swap_rows))
+            loads.append(region_load(region.nodes, family, later, swap_rows, int8))
     return loads
 
 
@@ -251,8 +326,7 @@ def program_time_us(loads, c: ChipConstants) -> float:
     total = 0.0
     for load in loads:
         if isinstance(load, RegionLoad):
-            compute, memory = load_terms(load, c)
-            total += c.overhead_us + max(float(compute.sum()), float(memory.sum()))
+            total += c.overhead_us + float(node_times(*load_parts(load, c)).sum())
         else:
             total += load[1]
     return total
@@ -272,7 +346,6 @@ def analytic_estimate(prog, target: Target, p: AnalyticParams | None = None, loa
         if isinstance(load, RegionLoad):
             regions.append(dict(region_time_us(load.nodes, c, load=load), kind="fused"))
         else:
-            op, t = load
-            regions.append({"kind": "bridge", "op": op, "time_us": t, "bound": "cut"})
+            regions.append({"kind": "bridge", "op": load[0], "time_us": load[1], "bound": "cut"})
     total = sum(r["time_us"] for r in regions)
     return {"total_us": total, "regions": regions, "arch": target.arch, "constants": c}

@@ -25,6 +25,8 @@ DEFAULTS = {
     "cut_us": 200.0,  # composition probe ~150-300 us; 200 documented mid
     "bw_bytes_per_us": 1.1e5,  # K=4096 GEMV streams 32 MiB in ~293 us
     "flops_per_us": 1.45e7,  # conv C=512: 4.83 GFLOP in ~334 us
+    "act_bw_bytes_per_us": 2.1e4,  # relu (256, 1024): 1 MiB in and out in ~50 us
+    "layer_us": 2.0,  # fixed cost of one engine pass (not in the spec; a small guess)
 }
 
 
@@ -36,6 +38,8 @@ class Constants:
     cut_us: float
     bw_bytes_per_us: float
     flops_per_us: float
+    act_bw_bytes_per_us: float = DEFAULTS["act_bw_bytes_per_us"]  # activation I/O path
+    layer_us: float = DEFAULTS["layer_us"]  # fixed cost of one engine pass
     bridge_ops: tuple = field(default=())
     source: str = "defaults (spec 000)"
 

@@ -22,24 +22,33 @@ FP16_BYTES = 2
 INT8_BYTES = 1
 
 
-def node_bytes(node: Tensor, int8: bool = False) -> float:
-    """Bytes a node moves: its inputs and its output, fp16 unless a weight is encoded.
+def weight_bytes(node: Tensor, int8: bool = False, family: int | None = None) -> float:
+    """Bytes ``node``'s weight inputs stream: their encoded size (fp16 where ``family``
+    does not stream the encoding natively; any encoding when ``family`` is None).
 
-    ``int8=True`` prices the weights the int8 variant would quantize (the weight operand
-    of a contraction) at 1 byte per element; biases and other weights stay fp16.
+    ``int8=True`` prices the weight the int8 variant would quantize (the weight operand
+    of a contraction) at 1 byte per element; biases and other weights stay as they are.
     """
     from ..numerics.compression import quantizable_weight_index, weight_stream_bytes
 
-    total = node.size * FP16_BYTES
     int8_index = quantizable_weight_index(node) if int8 else None
+    total = 0.0
     for i, src in enumerate(node.srcs):
         if src.op != "weight":
-            total += src.size * FP16_BYTES
-        elif i == int8_index and src.attrs.get("encoding", "fp16") == "fp16":
+            continue
+        if i == int8_index and src.attrs.get("encoding", "fp16") == "fp16":
             total += src.size * INT8_BYTES
         else:
-            total += weight_stream_bytes(src)
+            total += weight_stream_bytes(src, family)
     return total
+
+
+def node_bytes(node: Tensor, int8: bool = False) -> float:
+    """Bytes a node moves: its inputs and its output, fp16 unless a weight is encoded
+    (:func:`weight_bytes` for the weights).
+    """
+    acts = node.size + sum(s.size for s in node.srcs if s.op != "weight")
+    return acts * FP16_BYTES + weight_bytes(node, int8)
 
 
 def node_flops(node: Tensor) -> int:

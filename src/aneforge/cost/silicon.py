@@ -5,7 +5,14 @@ timings: M1, M2 Pro, M5 Pro) and ``data/silicon_published.csv`` (further publish
 timings on other chips, collected from public benchmark results with the source of every
 row; repeated runs of one shape by one method are merged into their median).
 
-Each row is a GEMM ``x[M,K] @ W[K,N]`` or a chain of ``layers`` "same"-padded stride-1
+A third, ``data/silicon_models.csv``, holds published **whole-model** latencies (ResNets,
+MobileNet, ViTs, BERT-style encoders on named chips): :func:`load_model_rows` reads it.
+Rows published by ANEForge (the project whose per-op corpus calibrates the default
+model) have ``role`` 'fit'; every other row is 'validation' and is never fitted on. A
+row with an ``excluded`` reason (its timing includes host work, or it uses a feature
+aneforge does not price) is shown but neither fitted on nor scored.
+
+Each kernel row is a GEMM ``x[M,K] @ W[K,N]`` or a chain of ``layers`` "same"-padded stride-1
 convolutions, with the chip (marketing name) and the measured latency. This module
 builds each workload with the graph API and scores a model on them by the
 geometric-mean error factor ``exp(mean |ln(pred / meas)|)`` and the worst factor.
@@ -73,6 +80,81 @@ def load_rows(text: str | None = None, bundled: str = CALIBRATION) -> list[Silic
         }
         rows.append(
             SiliconRow(r["chip"], r["workload"], dims, float(r["latency_ms"]) * 1e3, r["source"])
+        )
+    return rows
+
+
+MODELS = "silicon_models.csv"
+ROLES = ("fit", "validation")
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """One published whole-model latency (``data/silicon_models.csv``)."""
+
+    chip: str
+    model: str  # an ``aneforge.models.zoo`` name
+    batch: int
+    size: int  # image side (vision) or sequence length (text)
+    precision: str
+    latency_us: float
+    statistic: str  # min, median, mean or unknown
+    origin: str  # who published it (ANEForge rows are the only fit rows)
+    role: str  # "fit" or "validation"
+    source: str
+    note: str = ""
+    excluded: str = ""  # why no estimate is scored against it ("" when scored)
+
+    @property
+    def label(self) -> str:
+        unit = "seq" if self.size and self.model in TEXT_MODELS else "px"
+        return f"{self.chip} {self.model} b{self.batch} {self.size}{unit}"
+
+
+TEXT_MODELS = ("bert_base", "distilbert", "minilm_l6")
+
+
+def _size(text: str) -> int:
+    """``224x224`` -> 224, ``seq=128`` -> 128."""
+    t = text.strip().lower()
+    if t.startswith("seq="):
+        return int(t[4:])
+    side = t.split("x")[0]
+    return int(side)
+
+
+def load_model_rows(text: str | None = None) -> list[ModelRow]:
+    """Parse ``text`` (CSV in the ``silicon_models.csv`` format) or the bundled file.
+
+    Example:
+        >>> rows = load_model_rows()
+        >>> {r.role for r in rows} <= {"fit", "validation"}
+        True
+    """
+    if text is None:
+        text = resources.files("aneforge.data").joinpath(MODELS).read_text()
+    rows = []
+    for r in csv.DictReader(io.StringIO(text)):
+        role = r["role"].strip()
+        if role not in ROLES:
+            raise ValueError(f"silicon_models.csv: role {role!r} is not one of {ROLES}")
+        if role == "fit" and r["origin"].strip() != "ANEForge":
+            raise ValueError(f"silicon_models.csv: a fit row must be ANEForge's: {r}")
+        rows.append(
+            ModelRow(
+                r["chip"].strip(),
+                r["model"].strip(),
+                int(r["batch"]),
+                _size(r["input"]),
+                r["precision"].strip(),
+                float(r["latency_ms"]) * 1e3,
+                r["statistic"].strip(),
+                r["origin"].strip(),
+                role,
+                r["source"].strip(),
+                r.get("note", "").strip(),
+                r.get("excluded", "").strip(),
+            )
         )
     return rows
 

@@ -20,6 +20,8 @@ Example:
 
 from __future__ import annotations
 
+from ..compiler.compile import _as_outputs, build_program
+from ..compiler.program import Program
 from ..targets.projection import anchor_for
 from ..targets.table import get_target
 from .roofline import node_bytes, node_flops
@@ -60,11 +62,10 @@ def spec_constants(arch: str) -> tuple:
 
 
 def spec_estimate_us(out, arch: str) -> float:
-    """The spec formula's estimate (microseconds) of ``out`` on ``arch``."""
-    from ..compiler.compile import _as_outputs, build_program
-
+    """The spec formula's estimate (microseconds) of ``out`` (a graph or a Program) on
+    ``arch``."""
     overhead, peak, bw, ramp = spec_constants(arch)
-    prog = build_program(_as_outputs(out))
+    prog = out if isinstance(out, Program) else build_program(_as_outputs(out))
     total = 0.0
     for region in prog.fused_regions:
         compute = 0.0

@@ -154,7 +154,7 @@ def measured_accuracy(arch: str) -> list[dict]:
 
     Example:
         >>> [m["chip"] for m in measured_accuracy("h17s")]
-        ['M5', 'M5 Max', 'M5 Pro']
+        ['M5', 'M5 Pro']
         >>> measured_accuracy("h11")
         []
     """

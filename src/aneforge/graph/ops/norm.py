@@ -179,6 +179,11 @@ _NORMS = {
     ),
 }
 
+# Norms whose statistics are constants (inference batch_norm): a per-channel affine map,
+# so each output element depends on one input element and the engine folds it into the
+# pass that produced its input.
+_POINTWISE = frozenset({"batch_norm"})
+
 # Fast emulation kernels with the same bits as the step-by-step ones (tests compare them).
 _FAST_EMULATE = {"batch_norm": _batch_norm_emulate}
 
@@ -195,6 +200,6 @@ for _name, (_fn, _attrs, _stats, _doc) in _NORMS.items():
             _emu,
             _ex,
             doc=_doc,
-            flags=frozenset({"norm"}),
+            flags=frozenset({"norm", "pointwise"} if _name in _POINTWISE else {"norm"}),
         )
     )

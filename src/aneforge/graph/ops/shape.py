@@ -11,6 +11,10 @@ from ...errors import AttributeValueError, DTypeError, ShapeError
 from ..registry import Attr, OpDef, check_int_tuple, int_attr, ints_attr, register
 from .common import norm_axes, norm_axis
 
+# Ops that only relabel a tensor's shape: the engine reads the same buffer, so the cost
+# model charges them no pass of their own.
+VIEWS = frozenset({"reshape", "squeeze", "expand_dims"})
+
 
 def _movement(name, arity, attrs, shape_rule, fn, doc):
     register(
@@ -23,7 +27,7 @@ def _movement(name, arity, attrs, shape_rule, fn, doc):
             lambda inputs, attrs, mm=None: fn(inputs, **attrs),
             lambda inputs, attrs: fn(inputs, **attrs),
             doc=doc,
-            flags=frozenset({"movement"}),
+            flags=frozenset({"movement", "view"} if name in VIEWS else {"movement"}),
         )
     )
 
