@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper, save
 
 import aneforge as af
 from aneforge.cli import main
@@ -29,10 +33,49 @@ REL_L2_MAX = 1e-2
 COSINE_MIN = 0.999
 
 
-def check_json(capsys, *args) -> dict:
-    assert main(["check", *args, "--json"]) == 0
+def reject(name):
+    raise AssertionError(f"the JSON holds a bare {name}")
+
+
+def check_json(capsys, *args, code=0) -> dict:
+    assert main(["check", *args, "--json"]) == code
     out = capsys.readouterr().out
-    return json.loads(out)
+    return json.loads(out, parse_constant=reject)
+
+
+def onnx_file(path, nodes, shape_in, shape_out, inits=()) -> str:
+    """An ONNX model x -> y of ``nodes``, saved at ``path``."""
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape_in)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape_out)],
+        initializer=[numpy_helper.from_array(np.asarray(v), name=k) for k, v in inits],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    save(model, str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def long_sum(tmp_path_factory):
+    """y = sum(x * x, -1) over 8192 terms: a narrow fp16 sum whose error depends on the
+    chip's reduction route (192 terms on M1, 384 on M5, one long run generically)."""
+    path = tmp_path_factory.mktemp("onnx") / "longsum.onnx"
+    nodes = [
+        helper.make_node("Mul", ["x", "x"], ["sq"]),
+        helper.make_node("ReduceSum", ["sq", "axes"], ["y"], keepdims=0),
+    ]
+    return onnx_file(path, nodes, [8, 8192], [8], [("axes", np.array([-1], np.int64))])
+
+
+@pytest.fixture(scope="module")
+def overflow(tmp_path_factory):
+    """y = (x * 1e4) ** 2: beyond fp16's 65504 for every |x| > 0.026, so inf."""
+    path = tmp_path_factory.mktemp("onnx") / "overflow.onnx"
+    nodes = [helper.make_node("Mul", ["x", "k"], ["s"]), helper.make_node("Mul", ["s", "s"], ["y"])]
+    return onnx_file(path, nodes, [4, 64], [4, 64], [("k", np.array(1e4, np.float32))])
 
 
 def test_check_prints_a_table_per_example(capsys, monkeypatch):
@@ -41,14 +84,33 @@ def test_check_prints_a_table_per_example(capsys, monkeypatch):
     captured = capsys.readouterr()
     for name in EXAMPLES:
         assert f"{name}:" in captured.out
-    for column in ("max abs error", "relative L2", "cosine"):
+    for column in ("max abs error", "relative L2", "cosine", "latency us"):
         assert column in captured.out
     assert "MFLOP" in captured.out
     assert captured.err == ""
 
 
+def test_check_names_the_default_chip_and_labels_the_heuristic(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")
+    assert main(["check", "cnn"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    x, y = af.nn.small_cnn(seed=0)
+    prog = af.compile(y)
+    latency = af.estimate(prog, target="M5 Pro")
+    assert (
+        "estimated latency on M5 Pro (h17s, A16 tier: M4, M5 / A17 Pro, A18, A19 "
+        f"generations): {latency:.0f} us"
+    ) in "\n".join(lines)
+    pruning = [ln for ln in lines if ln.startswith("pruning estimate")]
+    assert pruning == [
+        f"pruning estimate (optimizer heuristic, not a latency): {af.estimate(prog):.0f} us"
+    ]
+
+
 def test_check_json_reports_both_examples(capsys):
     doc = check_json(capsys)
+    assert doc["schema_version"] == 1 and doc["default_chip"] == "M5 Pro"
+    assert doc["ok"] is True and doc["failures"] == [] and doc["max_error"] is None
     assert doc["aneforge"] == af.__version__
     reports = {r["model"]: r for r in doc["reports"]}
     assert set(reports) == set(EXAMPLES)
@@ -62,7 +124,11 @@ def test_check_json_reports_both_examples(capsys):
             assert 0.0 < out["rel_l2"] < REL_L2_MAX, (name, out)
             assert COSINE_MIN < out["cosine"] <= 1.0 + 1e-12, (name, out)
             assert 0.0 < out["max_abs"] < 1.0, (name, out)
-        assert set(rep["seconds"]) == {"compile", "emulate", "reference"}
+        assert set(rep["seconds"]) == {"compile", "emulate", "reference", "targets"}
+        assert rep["targets"] == [] and rep["divergence"]["measured"] is None
+        est = rep["estimate"]
+        assert est["target"] == "M5 Pro" and est["compiles"] is True
+        assert math.fsum(est["parts_us"].values()) == pytest.approx(est["estimate_us"])
 
 
 def test_check_json_matches_the_models_it_names(capsys):
@@ -170,3 +236,241 @@ def test_check_exports_a_core_ml_package(tmp_path, capsys):
     assert main(["check", "cnn", "--json", "--export", str(out)]) == 0
     report = json.loads(capsys.readouterr().out)["reports"][0]
     assert report["export"]["path"] == str(out) and out.exists()
+
+
+# ---- per-target runs, the JSON contract, exit codes, warnings -------------------------------
+
+M1_TEXT = "M1 (h13, A13 tier: M1 / A14 Bionic generation)"
+M5_TEXT = "M5 (h17s, A16 tier: M4, M5 / A17 Pro, A18, A19 generations)"
+
+
+def test_each_target_reports_its_own_error(capsys, long_sum):
+    doc = check_json(capsys, long_sum, "--target", "M1,M5")
+    (rep,) = doc["reports"]
+    graph = af.from_onnx(long_sum)
+    feed = np.random.default_rng(0).standard_normal(graph.inputs[0].shape)
+    want = af.reference(graph.outputs[0], feed)
+    errors = {}
+    for t in rep["targets"]:
+        direct = af.compare(af.compile(graph.outputs, target=t["target"])(feed), want)
+        assert t["outputs"][0]["rel_l2"] == pytest.approx(direct["rel_l2"], rel=1e-9)
+        assert t["compiles"] is True and t["outputs"][0]["name"] == "y"
+        assert math.fsum(t["parts_us"].values()) == pytest.approx(t["estimate_us"])
+        errors[t["target"]] = t["outputs"][0]["rel_l2"]
+    assert rep["outputs"][0]["rel_l2"] > 10 * max(errors.values())  # the generic run stalls
+    assert errors["M1"] != pytest.approx(errors["M5"], rel=0.1)
+    assert [t["description"] for t in rep["targets"]] == [M1_TEXT, M5_TEXT]
+    assert rep["divergence"]["worst"] == "reorder"
+    assert rep["divergence"]["measured"]["identical"] is False
+
+
+def test_the_text_output_names_each_targets_tier(capsys, monkeypatch, long_sum):
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["check", long_sum, "--target", "M1,M5,h11"]) == 0
+    out = capsys.readouterr().out
+    assert M1_TEXT in out and M5_TEXT in out
+    assert "h11 (no MIL tier: A12 Bionic, A13 Bionic generations)" in out
+    assert "does not compile" in out
+    assert "measured: the outputs on M1, M5 differ by up to" in out
+
+
+def test_a_target_that_cannot_compile_has_no_latency(capsys):
+    doc = check_json(capsys, "cnn", "--target", "h11,M1")
+    h11, m1 = doc["reports"][0]["targets"]
+    assert h11["compiles"] is False and m1["compiles"] is True
+    assert h11["estimate_us"] is None and "estimate_us_nonfinite" not in h11
+    assert h11["outputs"] == [] and "no MIL" in h11["preflight"][0]
+    assert m1["estimate_us"] > 0
+
+
+def test_a_non_finite_output_exits_1_with_strict_json(capsys, overflow):
+    assert main(["check", overflow, "--target", "M1", "--json"]) == 1
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out, parse_constant=reject)
+    (rep,) = doc["reports"]
+    for out in (rep["outputs"][0], rep["targets"][0]["outputs"][0]):
+        assert out["rel_l2"] is None and out["rel_l2_nonfinite"] == "inf"
+        assert out["max_abs"] is None and out["max_abs_nonfinite"] == "inf"
+        assert out["nonfinite_values"] > 0
+    for est in (rep["estimate"], rep["targets"][0]):
+        assert math.fsum(est["parts_us"].values()) == pytest.approx(est["estimate_us"])
+    assert doc["ok"] is False and len(doc["failures"]) == 2
+    (line,) = [ln for ln in captured.err.splitlines() if ln.startswith("aneforge:")]
+    assert line.startswith("aneforge: check failed: overflow.onnx output y (generic): ")
+    assert f"overflow.onnx output y ({M1_TEXT}): " in line and "non-finite" in line
+
+
+def test_max_error_bounds_every_run(capsys, long_sum):
+    assert main(["check", long_sum, "--target", "M1", "--max-error", "0.01", "--json"]) == 1
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out, parse_constant=reject)
+    assert doc["max_error"] == 0.01 and doc["ok"] is False
+    (failure,) = doc["failures"]
+    assert failure.startswith("longsum.onnx output y (generic): rel_l2 0.")
+    assert failure.endswith("> max error 0.01")
+    assert f"aneforge: check failed: {failure}\n" in captured.err
+    assert main(["check", long_sum, "--target", "M1,M5", "--max-error", "0.5"]) == 0
+    assert "check failed" not in capsys.readouterr().err
+    doc = check_json(capsys, long_sum, "--target", "M1,M5", "--max-error", "1e-4", code=1)
+    assert len(doc["failures"]) == 3  # generic, M1 and M5
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "inf"])
+def test_a_bad_max_error_is_a_user_error(capsys, value):
+    assert main(["check", "cnn", "--max-error", value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--max-error" in err and repr(value) in err
+    assert "Traceback" not in err
+
+
+def test_warnings_print_as_one_line_each(capsys, long_sum):
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")  # whatever filters the test run was given
+        before = warnings.showwarning
+        assert main(["check", long_sum, "--json"]) == 0
+        assert warnings.showwarning is before  # the library's warning display is left alone
+    err = capsys.readouterr().err.splitlines()
+    (line,) = [ln for ln in err if "PrecisionWarning" in ln]
+    assert line.startswith("warning: PrecisionWarning: precision risk signal")
+    assert all(ln.startswith("warning: ") for ln in err), err  # no file:line continuation
+    with pytest.warns(af.PrecisionWarning):  # outside the command, warnings are Python's
+        af.compile(af.from_onnx(long_sum).outputs)
+
+
+@pytest.fixture(scope="module")
+def top_k(tmp_path_factory):
+    """y = top 8 of exp(x): a fused exp and a bridge op (a cut) on chips that have topk."""
+    path = tmp_path_factory.mktemp("onnx") / "topk.onnx"
+    nodes = [
+        helper.make_node("Exp", ["x"], ["e"]),
+        helper.make_node("TopK", ["e", "k"], ["y", "i"], axis=-1),
+    ]
+    return onnx_file(path, nodes, [4, 64], [4, 8], [("k", np.array([8], np.int64))])
+
+
+def layer_blocks(text: str) -> dict[str, list[str]]:
+    """The plain layer tables of ``check --layers``: title line -> its row lines."""
+    lines = text.splitlines()
+    blocks = {}
+    for i, line in enumerate(lines):
+        if " slowest of " in line:
+            header = lines[i + 1].split()
+            assert header[:3] == ["layer", "op", "shape"], header
+            rows = []
+            for row in lines[i + 2 :]:
+                if not row.startswith("  "):
+                    break
+                rows.append(row)
+            blocks[line] = rows
+    return blocks
+
+
+def test_layers_lists_the_n_slowest_per_target_by_name(capsys):
+    assert main(["check", "transformer", "--target", "M1,M5", "--layers", "3"]) == 0
+    out = capsys.readouterr().out
+    blocks = layer_blocks(out)
+    assert len(blocks) == 2
+    x, y = af.nn.transformer_block(seed=0)
+    for (title, rows), chip in zip(blocks.items(), ("M1", "M5")):
+        est = af.estimate_breakdown(af.compile(y, target=chip), target=chip)
+        assert title.startswith(
+            f"transformer: the 3 slowest of {len(est.nodes)} layers on {chip} ("
+        )
+        assert f"{est.total_us:.0f} us in all" in title
+        assert len(rows) == 3
+        names = [row.split()[0] for row in rows]
+        times = [float(row.split()[3]) for row in rows]
+        assert times == sorted(times, reverse=True)
+        slowest = sorted(est.nodes, key=lambda n: -n.time_us)[:3]
+        assert times == pytest.approx([n.time_us for n in slowest], rel=1e-3)
+        by_name = {n.name: n for n in est.nodes}
+        assert all(by_name[n].time_us >= slowest[-1].time_us for n in names), names
+        assert [by_name[n].op for n in names] == [row.split()[1] for row in rows]
+
+
+def test_layers_without_targets_lists_the_default_chips_run(capsys):
+    assert main(["check", "cnn", "--layers", "2"]) == 0
+    ((title, rows),) = layer_blocks(capsys.readouterr().out).items()
+    assert "on M5 Pro (h17s" in title and len(rows) == 2
+    assert main(["check", "cnn"]) == 0
+    assert layer_blocks(capsys.readouterr().out) == {}  # no --layers, no layer table
+
+
+def test_json_carries_every_layer_and_they_add_up_to_the_estimate(capsys, top_k):
+    doc = check_json(capsys, top_k, "--target", "M5,M1")
+    (rep,) = doc["reports"]
+    m5, m1 = rep["targets"]
+    assert m1["compiles"] is False and m1["layers"] == []
+    assert m5["parts_us"]["cuts"] > 0  # the topk runs as a bridge op
+    for est in (rep["estimate"], m5):
+        layers = est["layers"]
+        assert [r["name"] for r in layers] == ["e", "y"]  # every layer, named, in order
+        assert {r["kind"] for r in layers} == {"fused", "bridge"}
+        total = math.fsum(r["time_us"] for r in layers) + est["parts_us"]["floor"]
+        assert total == pytest.approx(est["estimate_us"], rel=1e-9)
+        fields = {"name", "op", "shape", "region", "kind", "time_us", "bound", "flops",
+                  "bytes", "compute_us", "weights_us", "activations_us", "overhead_us"}  # fmt: skip
+        assert all(fields <= set(r) for r in layers)
+    doc = check_json(capsys, "transformer", "--layers", "2")  # --layers leaves JSON whole
+    est = doc["reports"][0]["estimate"]
+    x, y = af.nn.transformer_block(seed=0)
+    assert len(est["layers"]) == len(af.estimate_breakdown(af.compile(y), target="M5 Pro").nodes)
+    assert len(est["layers"]) > 2 and doc["plot"] is None
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "abc", "2.5", ""])
+def test_a_bad_layers_count_is_a_user_error(capsys, value):
+    assert main(["check", "cnn", "--layers", value]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "--layers" in captured.err
+    assert repr(value) in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""
+
+
+def test_plot_writes_a_png_for_two_targets(tmp_path, capsys):
+    path = tmp_path / "cnn.png"
+    assert main(["check", "cnn", "--target", "M1,M5", "--layers", "4", "--plot", str(path)]) == 0
+    assert f"wrote {path}: per target a roofline and the 4 slowest layers" in (
+        capsys.readouterr().out
+    )
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 30_000  # two rows of two drawn panels, not an empty canvas
+    svg = tmp_path / "cnn.svg"
+    doc = check_json(capsys, "cnn", "--target", "M1", "--plot", str(svg))
+    assert doc["plot"] == str(svg) and "<svg" in svg.read_text()[:1000]
+
+
+@pytest.mark.parametrize("name, words", [("out.xyz", "unknown image format"),
+                                         ("nodir/out.png", "does not exist")])  # fmt: skip
+def test_a_bad_plot_path_is_refused_before_any_work(tmp_path, capsys, monkeypatch, name, words):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("aneforge.cli.check_report", None)  # work would raise TypeError
+    assert main(["check", "cnn", "--plot", name]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err and repr(name) in err
+
+
+def test_plot_without_matplotlib_says_how_to_install_it(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import raises
+    assert main(["check", "cnn", "--plot", "out.png"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'aneforge[plot]'" in err
+
+
+def test_docs_list_every_layer_field(capsys):
+    doc = check_json(capsys, "cnn")
+    (layer, *_) = doc["reports"][0]["estimate"]["layers"]
+    text = (Path(__file__).parents[1] / "docs" / "cli.md").read_text()
+    section = text[text.index("A layer (`layers[]`") :]
+    for key in layer:
+        assert f"| `{key}` |" in section, key
+
+
+def test_an_onnx_models_output_and_layer_names_reach_the_report(capsys, long_sum):
+    rep = check_json(capsys, long_sum, "--target", "M1")
+    (model,) = rep["reports"]
+    assert model["outputs"][0]["name"] == "y"
+    assert model["targets"][0]["outputs"][0]["name"] == "y"
+    layer_names = [layer["name"] for layer in model["targets"][0]["layers"]]
+    assert "y" in layer_names  # the ReduceSum node, named by its output

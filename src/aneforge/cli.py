@@ -1,10 +1,16 @@
 """The ``aneforge`` command.
 
 ``aneforge check [MODEL]`` compiles a model, runs it on the fp16 emulator with seeded
-inputs, runs the float64 reference and reports the error per output. With no MODEL it
-checks the bundled examples (a small CNN and a small transformer block).
+inputs, runs the float64 reference and reports the error per output and the estimated
+latency; ``--target A,B`` does the same for each chip, with its numerics. With no MODEL
+it checks the bundled examples (a small CNN and a small transformer block). ``--layers N``
+lists each target's N slowest layers and ``--plot PATH`` draws their roofline
+(:mod:`aneforge.plot`). docs/cli.md describes the options, the output and every JSON
+field.
 
-Exit codes: 0 ok, 2 user error (message, no traceback), 1 internal error.
+Exit codes: 0 ok; 1 a check failed (an output is inf/nan, or beyond ``--max-error``) or
+an internal error (with a traceback); 2 a user error (one line, no traceback). While a
+command runs, warnings print as one line each: ``warning: <Category>: <message>``.
 
 Example:
     >>> from aneforge.cli import main
@@ -24,6 +30,12 @@ import warnings
 
 from . import __version__
 from .errors import AneforgeError, DispatchFloorWarning, OptionError
+from .plot import check_plot_path, plot_reports
+from .report import DEFAULT_CHIP, SCHEMA_VERSION, CheckReport, check_failures, check_report
+from .tables import columns, format_cell, json_safe, rich_table
+
+#: How many of the slowest layers ``--plot`` shows without ``--layers``.
+PLOT_TOP = 20
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,9 +49,10 @@ def _parser() -> argparse.ArgumentParser:
         "check",
         help="compile a model, emulate it in fp16 and compare with float64",
         description="Compile MODEL, run it on the fp16 emulator with seeded inputs and "
-        "report its error against the float64 reference. MODEL is an .onnx file or a "
-        "bundled example name (cnn, transformer); without MODEL every bundled example "
-        "is checked.",
+        "report its error against the float64 reference, and its estimated latency. "
+        "MODEL is an .onnx file or a bundled example name (cnn, transformer); without "
+        "MODEL every bundled example is checked. Exit status: 0 ok, 1 an output is "
+        "inf/nan or exceeds --max-error (or an internal error), 2 a user error.",
     )
     check.add_argument(
         "model", nargs="?", help="an .onnx file or a bundled example name (default: all)"
@@ -50,7 +63,28 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--target",
         default="",
-        help="comma-separated targets to estimate for, e.g. M1,M4,M5 or h13,h17s",
+        help="comma-separated targets to compile, emulate and estimate for, e.g. M1,M4,M5 "
+        "or h13,h17s (each with its chip's numerics)",
+    )
+    check.add_argument(
+        "--layers",
+        metavar="N",
+        help="also list the N slowest layers per target (on the default chip without "
+        "--target): name, op, shape, time, share, bound, FLOPs, bytes; --json always "
+        "carries every layer",
+    )
+    check.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="write a roofline and the slowest layers per target to PATH (.png, .svg, "
+        ".pdf, ...; the N of --layers, else 20); needs matplotlib: "
+        "pip install 'aneforge[plot]'",
+    )
+    check.add_argument(
+        "--max-error",
+        metavar="E",
+        help="fail (exit 1) when an output's relative L2 error exceeds E, in the generic "
+        "run or any target's run",
     )
     export = sub.add_parser(
         "export",
@@ -64,8 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_models(spec: str | None) -> list[tuple[str, list, list]]:
-    """(name, inputs, outputs) of the bundled examples, one of them, or an ONNX file."""
+def load_models(spec: str | None) -> list[tuple[str, list, list, list | None]]:
+    """(name, inputs, outputs, output names) of the bundled examples, one of them, or an
+    ONNX file (whose output names are the graph's)."""
     from pathlib import Path
 
     from .graph.nn import EXAMPLES
@@ -86,7 +121,7 @@ def load_models(spec: str | None) -> list[tuple[str, list, list]]:
                 "install it with: pip install 'aneforge[onnx]'"
             ) from None
         graph = from_onnx(path)
-        return [(path.name, list(graph.inputs), list(graph.outputs))]
+        return [(path.name, list(graph.inputs), list(graph.outputs), list(graph.output_names))]
     else:
         raise OptionError(
             f"unknown model '{spec}': give an .onnx file or a bundled example "
@@ -95,81 +130,128 @@ def load_models(spec: str | None) -> list[tuple[str, list, list]]:
     models = []
     for name in names:
         x, y = EXAMPLES[name]()
-        models.append((name, [x], [y]))
+        models.append((name, [x], [y], None))
     return models
 
 
 def check_model(name: str, builder, seed: int = 0, targets=()) -> dict:
     """Build one bundled model and return its check report (see ``aneforge.report``)."""
-    from .report import check_report
-
     x, y = builder(seed=seed)
     return check_report(name, [x], [y], seed=seed, targets=targets)
 
 
-def _print_tables(reports: list[dict]) -> None:
+def _line(console, text: str) -> None:
+    """One line that is never wrapped (tests and users grep these)."""
+    console.print(text, soft_wrap=True, highlight=False, markup=False)
+
+
+def _print_tables(reports: list[CheckReport], layers: int | None = None) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     for rep in reports:
-        secs = rep["seconds"]
-        table = Table(
-            title=f"{rep['model']}: {rep['ops']} ops, {rep['flops'] / 1e6:.1f} MFLOP, "
-            f"{rep['regions']} region(s), {rep['cuts']} cut(s)",
-            caption=f"estimated latency {rep['estimate_us']:.0f} us ({rep['bound']}-bound, "
-            f"default cost model)\ncompile {secs['compile'] * 1e3:.0f} ms, emulate "
-            f"{secs['emulate'] * 1e3:.0f} ms, float64 reference "
-            f"{secs['reference'] * 1e3:.0f} ms",
-        )
-        for col in ("output", "shape", "max abs error", "relative L2", "cosine"):
-            table.add_column(col, justify="right")
-        for out in rep["outputs"]:
-            table.add_row(
-                str(out["index"]),
-                "x".join(map(str, out["shape"])),
-                f"{out['max_abs']:.3g}",
-                f"{out['rel_l2']:.3g}",
-                f"{out['cosine']:.6f}",
+        _table(console, rep.to_records(), rep.title)
+        est = rep["estimate"]
+        if est["compiles"]:
+            _line(
+                console,
+                f"estimated latency on {est['description']}: {est['estimate_us']:.0f} us "
+                f"({est['bound']}-bound, analytic model)",
             )
-        console.print(table)
-        if any(not math.isfinite(out["rel_l2"]) for out in rep["outputs"]):
-            console.print(
-                "[yellow]some emulated outputs are inf or nan: values left the fp16 range "
-                "(|x| > 65504) somewhere in the graph; see af.precision_risk and rescale the "
-                "weights or inputs[/]"
+        else:
+            _line(console, f"estimated latency on {est['description']}: none, it does not "
+                  "compile there: " + "; ".join(est["preflight"]))  # fmt: skip
+        _line(
+            console,
+            f"pruning estimate (optimizer heuristic, not a latency): "
+            f"{rep['pruning_estimate_us']:.0f} us",
+        )
+        secs = rep["seconds"]
+        _line(
+            console,
+            f"compile {secs['compile'] * 1e3:.0f} ms, emulate {secs['emulate'] * 1e3:.0f} ms, "
+            f"float64 reference {secs['reference'] * 1e3:.0f} ms"
+            + (f", targets {secs['targets'] * 1e3:.0f} ms" if rep["targets"] else ""),
+        )
+        runs = [rep["outputs"]] + [t["outputs"] for t in rep["targets"]]
+        if any(out["nonfinite_values"] for outs in runs for out in outs):
+            _line(
+                console,
+                "some emulated outputs are inf or nan: values left the fp16 range "
+                "(|x| > 65504) somewhere in the graph; see af.precision_risk and rescale "
+                "the weights or inputs",
             )
         if rep["targets"]:
-            console.print(_targets_table(rep))
-            for t in rep["targets"]:
-                for finding in t["preflight"]:
-                    console.print(f"[yellow]preflight {t['target']} ({t['arch']})[/]: {finding}")
-            div = rep["divergence"]
-            if div["worst"] != "none":
-                console.print(
-                    f"[yellow]cross-chip fp16 divergence across {', '.join(div['targets'])}: "
-                    f"{div['worst']}[/]"
-                )
-                for line in div["nodes"][:8]:
-                    console.print(f"  {line}")
+            _print_targets(console, rep)
+        if layers:
+            _print_layers(console, rep, layers)
 
 
-def _targets_table(rep: dict):
-    from rich.table import Table
+def _table(console, rows: list[dict], title: str) -> None:
+    """``rows`` under ``title``: a rich table on a terminal, else plain aligned lines
+    (piped output is not squeezed to 80 columns). The title is one line either way (a
+    rich title would wrap to the table's width)."""
+    if not rows or console.is_terminal:
+        _line(console, title)
+        if rows:
+            console.print(rich_table(rows))
+        return
+    for text in plain_lines(rows, title):
+        _line(console, text)
 
-    table = Table(title=f"{rep['model']}: estimated latency per target (analytic model)")
-    for col in ("target", "arch", "family", "latency", "model error", "bound", "dominant nodes"):
-        table.add_column(col, justify="left" if col == "dominant nodes" else "right")
+
+def _print_layers(console, rep: CheckReport, n: int) -> None:
+    """The ``n`` slowest layers per target."""
+    for title, rows in rep.layer_tables(n):
+        _table(console, rows, title)
+
+
+def plain_lines(records: list[dict], title: str) -> list[str]:
+    """``records`` as a title and aligned columns of plain text (numbers right-aligned).
+
+    Example:
+        >>> for ln in plain_lines([{"layer": "conv_0", "time us": 1.5}], "t"): print(ln)
+        t
+          layer   time us
+          conv_0      1.5
+    """
+    cols = columns(records)
+    cells = [[format_cell(row.get(c)) for c in cols] for row in records]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+    right = [any(isinstance(row.get(c), (int, float)) for row in records) for c in cols]
+
+    def line(values) -> str:
+        parts = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right)]
+        return ("  " + "  ".join(parts)).rstrip()
+
+    return [title, line(cols), *(line(r) for r in cells)]
+
+
+def _print_targets(console, rep: CheckReport) -> None:
+    title = f"{rep['model']}: estimated latency per target (analytic model)"
+    _table(console, rep.target_records(), title)
     for t in rep["targets"]:
-        nodes = ", ".join(
-            f"{n['op']} {'x'.join(map(str, n['shape']))}" for n in t["dominant_nodes"]
+        _line(console, f"  {t['description']}")
+    for t in rep["targets"]:
+        for finding in t["preflight"]:
+            _line(console, f"preflight {t['description']}: {finding}")
+    div = rep["divergence"]
+    if div["worst"] != "none":
+        _line(
+            console,
+            f"predicted cross-chip fp16 divergence across {', '.join(div['targets'])}: "
+            f"{div['worst']}",
         )
-        error = "no data" if t["model_error"] is None else f"~{t['model_error']:.2f}x"
-        table.add_row(
-            t["target"], t["arch"], f"F{t['family']}", f"{t['estimate_us']:.0f} us", error,
-            t["bound"], nodes,
-        )  # fmt: skip
-    return table
+        for line in div["nodes"][:8]:
+            _line(console, f"  {line}")
+    measured = div["measured"]
+    if measured is not None:
+        state = (
+            "bit-identical"
+            if measured["identical"]
+            else f"differ by up to {measured['max_abs']:.3g} (max abs)"
+        )
+        _line(console, f"measured: the outputs on {', '.join(measured['targets'])} {state}")
 
 
 @contextlib.contextmanager
@@ -191,56 +273,98 @@ def _targets(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _check(args) -> int:
-    from .report import check_report
+def _max_error(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise OptionError(
+            f"--max-error must be a positive finite number (a relative L2 error bound, "
+            f"e.g. 0.01), got {text!r}"
+        )
+    return value
 
+
+def _layers(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise OptionError(
+            f"--layers must be a whole number >= 1 (how many of the slowest layers to list "
+            f"per target, e.g. 10), got {text!r}"
+        )
+    return value
+
+
+def _check(args) -> int:
     targets = _targets(args.target)
+    max_error = _max_error(args.max_error)
+    layers = _layers(args.layers)
+    plot = check_plot_path(args.plot) if args.plot is not None else None
     reports = []
     with _progress(enabled=not args.json) as advance:
-        for name, inputs, outputs in load_models(args.model):
+        for name, inputs, outputs, out_names in load_models(args.model):
             rep = check_report(
                 name, inputs, outputs, seed=args.seed, targets=targets,
                 progress=lambda stage, name=name: advance(f"{name}: {stage}"),
+                output_names=out_names,
             )  # fmt: skip
             if args.export:
                 advance(f"{name}: export")
-                rep["export"] = _export(outputs, args.export, targets[0] if targets else None)
+                target = targets[0] if targets else None
+                rep["export"] = _export(outputs, args.export, target, out_names)
             reports.append(rep)
+        if plot is not None:
+            advance("plot")
+            plot_reports(reports, plot, top=layers or PLOT_TOP)
+    failures = [f for rep in reports for f in check_failures(rep, max_error)]
     if args.json:
-        print(json.dumps({"aneforge": __version__, "reports": reports}, indent=2))
+        doc = {
+            "schema_version": SCHEMA_VERSION,
+            "aneforge": __version__,
+            "default_chip": DEFAULT_CHIP,
+            "max_error": max_error,
+            "ok": not failures,
+            "failures": failures,
+            "plot": None if plot is None else str(plot),
+            "reports": reports,
+        }
+        print(json.dumps(json_safe(doc), indent=2, allow_nan=False))
     else:
-        _print_tables(reports)
+        _print_tables(reports, layers)
+        if plot is not None:
+            print(f"wrote {plot}: per target a roofline and the {layers or PLOT_TOP} "
+                  "slowest layers (analytic model)")  # fmt: skip
+    if failures:
+        print(f"aneforge: check failed: {'; '.join(failures)}", file=sys.stderr)
+        return 1
     return 0
 
 
-def _export(outputs, path, target) -> dict:
+def _export(outputs, path, target, output_names=None) -> dict:
     from .compiler import compile as compile_graph
     from .io.coreml_export import export_coreml
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DispatchFloorWarning)
-        prog = compile_graph(list(outputs))
+        prog = compile_graph(list(outputs), output_names=output_names)
     written, lowering = export_coreml(prog, path, target=target, return_lowering=True)
-    return {"path": str(written), "lowering": _plain(lowering)}
-
-
-def _plain(value):
-    """A JSON-ready copy of an export's lowering record."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)
+    return {"path": str(written), "lowering": json_safe(lowering)}
 
 
 def _export_command(args) -> int:
     models = load_models(args.model)
     if len(models) != 1:
         raise OptionError("export: name one model (an .onnx file or a bundled example)")
-    name, _, outputs = models[0]
-    record = _export(outputs, args.output, args.target or None)
+    name, _, outputs, out_names = models[0]
+    record = _export(outputs, args.output, args.target or None, out_names)
     print(f"wrote {record['path']} ({name})")
     return 0
 
@@ -252,11 +376,23 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    try:
-        return _export_command(args) if args.command == "export" else _check(args)
-    except AneforgeError as err:
-        print(f"aneforge: error: {err}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():  # restores the caller's showwarning afterwards
+        warnings.showwarning = _show_warning
+        try:
+            return _export_command(args) if args.command == "export" else _check(args)
+        except AneforgeError as err:
+            print(f"aneforge: error: {_one_line(err)}", file=sys.stderr)
+            return 2
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split())
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` of the command: ``warning: <Category>: <message>``, one
+    line on stderr, without Python's file:line prefix."""
+    print(f"warning: {category.__name__}: {_one_line(message)}", file=file or sys.stderr)
 
 
 def run() -> None:

@@ -1,76 +1,146 @@
-"""The ``check`` report: compile, emulate, compare with float64, estimate per target.
+"""The ``check`` report: compile, emulate, compare with float64, estimate, per target.
 
-:func:`check_report` is what ``aneforge check`` prints, as plain data (JSON-ready), for
-any graph: the bundled examples today, imported models later.
+:func:`check_report` is what ``aneforge check`` prints: a :class:`CheckReport`, a plain
+dict (JSON-ready through :func:`aneforge.tables.json_safe`; docs/cli.md lists every
+field) that also renders as a table in a notebook and a terminal.
+
+The generic run compiles the graph without a target and runs it with the generic
+numerics. Each target gets its own run: the graph compiled for that chip
+(``compile(outputs, target=T)``) and emulated with its family's numerics (reduction
+route, saturations; docs/numerics.md, "Per-chip numerics"). Every run is compared with
+one float64 reference of the generic program on the same inputs (computed once): the
+exact answer of the graph as built, so a lowering a target needs (sin/cos below A15)
+counts as that target's error. A target the graph does not compile for reports its
+preflight findings and no latency and no error figures.
+
+Latencies are the analytic per-chip model's (``estimate_breakdown(prog, target=T)``):
+per target for its own program, and for the generic program on ``DEFAULT_CHIP``
+(:data:`aneforge.cost.estimate.DEFAULT_CHIP`, the M5 Pro the default model was measured
+on). Their ``parts_us`` add up to ``estimate_us``. The target-free default model's
+total stays as ``pruning_estimate_us``: the optimizer's pruning figure, not a latency.
 
 Example:
     >>> import aneforge as af
     >>> from aneforge.report import check_report
     >>> x, y = af.nn.small_cnn()
     >>> rep = check_report("cnn", [x], [y], targets=["M1"])
-    >>> rep["targets"][0]["arch"], rep["outputs"][0]["cosine"] > 0.999
+    >>> rep["targets"][0]["arch"], rep["targets"][0]["outputs"][0]["cosine"] > 0.999
     ('h13', True)
+    >>> rep["estimate"]["target"], rep["estimate"]["arch"]
+    ('M5 Pro', 'h17s')
 """
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 
 import numpy as np
 
-from .errors import DispatchFloorWarning
+from .analysis import fp16_divergence
+from .compiler import compile as compile_graph
+from .compiler.preflight import preflight
+from .cost.estimate import DEFAULT_CHIP, estimate_breakdown
+from .errors import DispatchFloorWarning, PreflightError
+from .metrics import compare
+from .reference import reference
+from .tables import TableMixin
+from .targets.names import chip_key, resolve_target, tier_chips
+from .targets.projection import measured_accuracy
+
+#: Version of the JSON report's layout (docs/cli.md); bumped when a field changes meaning.
+SCHEMA_VERSION = 1
+#: The stages :func:`check_report` announces, in order (then two per target).
+STAGES = ("compile", "emulate", "float64 reference", "estimate")
 
 
-def target_report(prog, target) -> dict:
-    """Per-target part of the report: latency, what bounds it, the dominant nodes."""
-    from .cost.analytic import analytic_estimate
-    from .cost.estimate import _resolve
+def describe_target(name) -> str:
+    """A target with its architecture, tier and the chips of that tier, in words.
 
-    t = _resolve(target)
-    est = analytic_estimate(prog, t)
-    fused = [r for r in est["regions"] if r["kind"] == "fused"]
-    parts = {
-        "floor": sum(r["overhead_us"] for r in fused),
-        "compute": sum(r["compute_us"] for r in fused if r["bound"] == "compute"),
-        "bandwidth": sum(r["memory_us"] for r in fused if r["bound"] == "bandwidth"),
-        "cuts": sum(r["time_us"] for r in est["regions"] if r["kind"] == "bridge"),
-    }
-    from .compiler.preflight import preflight
+    Example:
+        >>> describe_target("M1")
+        'M1 (h13, A13 tier: M1 / A14 Bionic generation)'
+        >>> describe_target("h14")
+        'h14 (A14 tier: M2 / A15 Bionic generation)'
+    """
+    t = resolve_target(name)
+    tier = f"{t.tier} tier: {tier_chips(t.family)}"
+    label = str(name)
+    return f"{label} ({tier})" if chip_key(label) == t.arch else f"{label} ({t.arch}, {tier})"
 
-    findings = preflight(prog, t)
-    error, chips = _published_error(target, t.arch)
-    terms = [term for r in fused for term in r["nodes"]]
-    terms.sort(key=lambda term: -max(term["compute_us"], term["memory_us"]))
+
+def _chip_fields(target) -> dict:
+    t = resolve_target(target)
     return {
         "target": str(target),
+        "description": describe_target(target),
         "arch": t.arch,
         "family": t.family,
-        "estimate_us": est["total_us"],
-        "bound": max(parts, key=parts.get),
-        "parts_us": parts,
-        "dominant_nodes": [
-            {
-                "op": term["node"].op,
-                "shape": list(term["node"].shape),
-                "compute_us": term["compute_us"],
-                "memory_us": term["memory_us"],
-            }
-            for term in terms[:3]
-        ],
-        "preflight": [str(v) for v in findings.violations],
+        "tier": t.tier,
+        "tier_chips": tier_chips(t.family),
+    }
+
+
+def _no_latency(target, findings: list[str]) -> dict:
+    """A chip's estimate entry before (or without) a latency: compiles False."""
+    error, chips = _published_error(target, resolve_target(target).arch)
+    return {
+        **_chip_fields(target),
+        "compiles": False,
+        "estimate_us": None,
+        "bound": None,
+        "parts_us": None,
+        "dominant_nodes": [],
+        "layers": [],
+        "preflight": findings,
         "model_error": error,
         "model_error_chips": chips,
     }
+
+
+def target_report(prog, target) -> dict:
+    """One chip's estimate of ``prog``: latency, its parts, what bounds it, the dominant
+    layers, the preflight findings and the cost model's published error on the chip.
+
+    ``parts_us`` is :attr:`aneforge.cost.Estimate.parts_us` (floor, overhead, compute,
+    bandwidth, cuts), which adds up to ``estimate_us``. ``layers`` is every layer's
+    record (:meth:`aneforge.cost.Estimate.to_records`, in program order): their
+    ``time_us`` plus the dispatch floors (``parts_us['floor']``) add up to
+    ``estimate_us``. Where preflight finds a
+    violation no lowering fixes, ``compiles`` is False and there is no latency
+    (``estimate_us``, ``bound`` and ``parts_us`` are None).
+    """
+    t = resolve_target(target)
+    findings = preflight(prog, t)
+    entry = _no_latency(target, [str(v) for v in findings.violations])
+    if findings.blocking:
+        return entry
+    est = estimate_breakdown(prog, target=t)
+    entry.update(
+        compiles=True,
+        estimate_us=est.total_us,
+        bound=est.bound,
+        parts_us=dict(est.parts_us),
+        dominant_nodes=[
+            {
+                "name": nc.name,
+                "op": nc.op,
+                "shape": list(nc.node.shape),
+                "time_us": nc.time_us,
+                "bound": nc.bound,
+            }
+            for nc in est.top_nodes(3)
+        ],
+        layers=est.to_records(),
+    )
+    return entry
 
 
 def _published_error(target, arch: str) -> tuple[float | None, list[str]]:
     """The analytic model's typical error factor on published timings for ``target``:
     the held-out geometric-mean error of the named chip when it has published timings,
     else the geometric mean over the chips that map to ``arch``; ``None`` without any."""
-    from .targets.names import chip_key
-    from .targets.projection import measured_accuracy
-
     acc = measured_accuracy(arch)
     picked = [m for m in acc if chip_key(m["chip"]) == chip_key(str(target))] or acc
     if not picked:
@@ -80,76 +150,307 @@ def _published_error(target, arch: str) -> tuple[float | None, list[str]]:
 
 
 def divergence_report(prog, targets) -> dict:
-    """Cross-chip fp16 divergence among ``targets`` (needs two or more MIL targets)."""
-    from .analysis import fp16_divergence
-    from .cost.estimate import _resolve
-
-    archs = sorted({_resolve(t).arch for t in targets if _resolve(t).family >= 2})
+    """Predicted cross-chip fp16 divergence among ``targets`` (two or more MIL
+    architectures; else ``worst`` is 'none'), from :func:`aneforge.fp16_divergence`."""
+    found = (resolve_target(t) for t in targets)
+    archs = sorted({t.arch for t in found if t.has_mil})
     if len(archs) < 2:
         return {"targets": archs, "worst": "none", "nodes": []}
     rep = fp16_divergence(prog, archs)
     return {"targets": archs, "worst": rep.worst, "nodes": [str(e) for e in rep.flagged]}
 
 
-STAGES = ("compile", "emulate", "float64 reference", "estimate")
+def output_errors(got, want, names) -> list[dict]:
+    """Per output: index, name (``names[i]``, None when unnamed), shape, max_abs,
+    rel_l2, cosine (:func:`compare`) and ``nonfinite_values``, the number of inf/nan
+    values the run produced."""
+    rows = []
+    for i, (g, w) in enumerate(zip(got, want)):
+        rows.append(
+            {
+                "index": i,
+                "name": names[i] if i < len(names) else None,
+                "shape": list(np.shape(g)),
+                **compare(g, w),
+                "nonfinite_values": int(np.size(g) - np.count_nonzero(np.isfinite(g))),
+            }
+        )
+    return rows
+
+
+def _as_list(result) -> list:
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+def _measured_divergence(runs: dict[str, list]) -> dict | None:
+    """How far the compiled targets' emulated outputs are apart (None below two)."""
+    if len(runs) < 2:
+        return None
+    per_target = list(runs.values())
+    identical = all(
+        np.array_equal(a, b, equal_nan=True)
+        for other in per_target[1:]
+        for a, b in zip(per_target[0], other)
+    )
+    spread = 0.0
+    with np.errstate(all="ignore"):
+        for outs in zip(*per_target):
+            stack = np.stack([np.asarray(o, dtype=np.float64) for o in outs])
+            gap = np.max(stack, axis=0) - np.min(stack, axis=0)
+            spread = max(spread, float(np.max(gap))) if gap.size else spread
+    return {"targets": list(runs), "identical": bool(identical), "max_abs": spread}
+
+
+def short_label(entry: dict) -> str:
+    """A target entry's name and architecture for table cells, e.g. ``'M1 (h13)'``
+    (:func:`describe_target` gives the long form with the tier, printed once per table).
+
+    Example:
+        >>> short_label({"target": "M1", "arch": "h13"}), short_label({"target": "h13",
+        ...     "arch": "h13"})
+        ('M1 (h13)', 'h13')
+    """
+    name, arch = entry["target"], entry["arch"]
+    return name if chip_key(name) == arch else f"{name} ({arch})"
+
+
+class CheckReport(dict, TableMixin):
+    """The result of :func:`check_report`: a dict of plain data (docs/cli.md) that
+    renders as a table (``to_records``: one row per run and output)."""
+
+    @property
+    def title(self) -> str:
+        return (
+            f"{self['model']}: {self['ops']} ops, {self['flops'] / 1e6:.1f} MFLOP, "
+            f"{self['regions']} region(s), {self['cuts']} cut(s)"
+        )
+
+    def to_records(self) -> list[dict]:
+        """One row per run (generic, then each target) and output: errors and latency.
+
+        The generic run's latency is :data:`DEFAULT_CHIP`'s; a target the graph does not
+        compile for gets one row with no figures."""
+        chip = self["estimate"]
+        runs = [(f"generic (latency on {chip['target']})", chip, self["outputs"])]
+        runs += [(short_label(t), t, t["outputs"]) for t in self["targets"]]
+        records = []
+        for label, est, outs in runs:
+            bound = est["bound"] if est["compiles"] else "does not compile"
+            if not outs:
+                records.append({"run": label, "bound": bound})
+            for out in outs:
+                records.append(
+                    {
+                        "run": label,
+                        "output": out["index"] if out["name"] is None else out["name"],
+                        "shape": "x".join(map(str, out["shape"])),
+                        "max abs error": out["max_abs"],
+                        "relative L2": out["rel_l2"],
+                        "cosine": out["cosine"],
+                        "non-finite values": out["nonfinite_values"],
+                        "latency us": est["estimate_us"],
+                        "bound": bound,
+                    }
+                )
+        return records
+
+    def target_records(self) -> list[dict]:
+        """One row per target: latency, its parts, the model error, the dominant nodes."""
+        rows = []
+        for t in self["targets"]:
+            parts = t["parts_us"] or {}
+            rows.append(
+                {
+                    "target": short_label(t),
+                    "compiles": "yes" if t["compiles"] else "no",
+                    "latency us": t["estimate_us"],
+                    "bound": t["bound"],
+                    **{f"{k} us": v for k, v in parts.items()},
+                    "model error (x)": t["model_error"],
+                    "dominant nodes": ", ".join(
+                        f"{n['name'] or n['op']} {'x'.join(map(str, n['shape']))}"
+                        for n in t["dominant_nodes"]
+                    ),
+                }
+            )
+        return rows
+
+    def layer_tables(self, n: int) -> list[tuple[str, list[dict]]]:
+        """The ``n`` slowest layers per target (the default chip's run when the report
+        has no targets): one ``(title, rows)`` per estimate, slowest first. A row has
+        the layer's name, op, shape, time, share of the total (%), bound, MFLOP and MB;
+        a target that does not compile gets a title saying so and no rows."""
+        entries = self["targets"] or [self["estimate"]]
+        tables = []
+        for est in entries:
+            if not est["compiles"]:
+                tables.append((f"{self['model']} on {est['description']}: no layers, "
+                               "it does not compile there", []))  # fmt: skip
+                continue
+            total, layers = est["estimate_us"], est["layers"]
+            slowest = sorted(layers, key=lambda r: -r["time_us"])[:n]
+            title = (
+                f"{self['model']}: the {len(slowest)} slowest of {len(layers)} layers on "
+                f"{est['description']}: {total:.0f} us in all, "
+                f"{est['parts_us']['floor']:.0f} us of it dispatch floor"
+            )
+            rows = [
+                {
+                    "layer": r["name"],
+                    "op": r["op"],
+                    "shape": "x".join(map(str, r["shape"])),
+                    "time us": r["time_us"],
+                    "% of total": float(f"{100 * r['time_us'] / total:.2g}") if total else None,
+                    "bound": r["bound"],
+                    "MFLOP": r["flops"] / 1e6,
+                    "MB": r["bytes"] / 1e6,
+                }
+                for r in slowest
+            ]
+            tables.append((title, rows))
+        return tables
+
+
+def _quiet_compile(outputs, opt, target=None, output_names=None):
+    with warnings.catch_warnings():  # the report shows what bounds the program instead
+        warnings.simplefilter("ignore", DispatchFloorWarning)
+        return compile_graph(list(outputs), opt=opt, target=target, output_names=output_names)
+
+
+def _target_run(target, outputs, opt, feeds, want, step, cache, output_names=None):
+    """One target's entry and its emulated outputs (None where it does not compile).
+
+    ``cache`` holds, per architecture, the program and outputs already computed (two
+    names of one architecture compile and run alike). Returns the target's entry and its
+    emulated outputs (None where it does not compile)."""
+    arch = resolve_target(target).arch
+    start = time.perf_counter()
+    if arch not in cache:
+        step(f"{target}: compile")
+        try:
+            prog = _quiet_compile(outputs, opt, target, output_names)
+        except PreflightError as err:
+            cache[arch] = (None, None, err)
+        else:
+            step(f"{target}: emulate")
+            by_id = dict(feeds)
+            cache[arch] = (prog, _as_list(prog(*[by_id[id(t)] for t in prog.inputs])), None)
+    prog, got, err = cache[arch]
+    if prog is None:
+        found = [str(v) for v in getattr(err.report, "violations", [])] or [str(err)]
+        entry = dict(_no_latency(target, found), lowered={}, outputs=[])
+    else:
+        entry = target_report(prog, target)
+        record = prog.passes.get("preflight") or {}
+        entry["preflight"] = list(record.get("violations", entry["preflight"]))
+        entry["lowered"] = dict(record.get("lowered", {}))
+        entry["outputs"] = output_errors(got, want, prog.output_names)
+    entry["seconds"] = time.perf_counter() - start
+    return entry, got
 
 
 def check_report(
-    name, inputs, outputs, seed: int = 0, targets=(), opt="routes", progress=None
-) -> dict:
-    """Compile ``outputs``, emulate on seeded inputs, compare with float64, estimate.
+    name,
+    inputs,
+    outputs,
+    seed: int = 0,
+    targets=(),
+    opt="routes",
+    progress=None,
+    output_names=None,
+) -> CheckReport:
+    """Compile ``outputs``, emulate on seeded inputs, compare with float64, estimate;
+    then the same for each target, compiled and emulated for that chip.
 
     Args:
         name: a label for the report.
         inputs: the graph's input tensors (their shapes seed the random feeds).
         outputs: the output tensors.
-        seed: seed of the standard-normal inputs.
-        targets: architectures or marketing names to estimate for.
+        seed: seed of the standard-normal inputs (the same feeds for every run).
+        targets: architectures or chip names; each gets its own compile and run.
         opt: the compile level.
+        output_names: the outputs' names (an ONNX graph's), as ``compile`` takes them.
         progress: optional callable ``progress(stage)`` told when each of
-            :data:`STAGES` starts (the CLI draws a progress bar with it).
+            :data:`STAGES` starts, then ``'<target>: compile'`` and
+            ``'<target>: emulate'`` per target (the CLI draws a progress bar with it).
+
+    Returns:
+        A :class:`CheckReport` (docs/cli.md lists its fields). Deterministic per seed.
+        An unknown target raises :class:`~aneforge.errors.OptionError` before any work.
     """
     step = progress or (lambda stage: None)
-    from .compiler import compile as compile_graph
-    from .cost.estimate import estimate_breakdown
-    from .metrics import compare
-    from .reference import reference
-
+    targets = list(targets)
+    for t in [*targets, DEFAULT_CHIP]:
+        resolve_target(t)
     start = time.perf_counter()
     step("compile")
-    with warnings.catch_warnings():  # the report shows what bounds the program instead
-        warnings.simplefilter("ignore", DispatchFloorWarning)
-        prog = compile_graph(list(outputs), opt=opt)
+    prog = _quiet_compile(outputs, opt, output_names=output_names)
     compiled = time.perf_counter()
     rng = np.random.default_rng(seed)
-    feeds = [rng.standard_normal(t.shape) for t in prog.inputs]
+    feeds = [(id(t), rng.standard_normal(t.shape)) for t in prog.inputs]
     step("emulate")
-    got = prog(*feeds)
+    got = _as_list(prog(*[f for _, f in feeds]))
     emulated = time.perf_counter()
     step("float64 reference")
-    want = reference(prog, *feeds)
+    want = _as_list(reference(prog, *[f for _, f in feeds]))
     done = time.perf_counter()
     step("estimate")
-    est = estimate_breakdown(prog)
-    outs = list(got) if isinstance(got, tuple) else [got]
-    wants = list(want) if isinstance(want, tuple) else [want]
-    return {
-        "model": name,
-        "ops": prog.op_count,
-        "flops": prog.flops,
-        "regions": len(prog.fused_regions),
-        "cuts": len(prog.cuts),
-        "estimate_us": est.total_us,
-        "bound": est.bound,
-        "outputs": [
-            dict(index=i, shape=list(o.shape), **compare(o, w))
-            for i, (o, w) in enumerate(zip(outs, wants))
-        ],
-        "targets": [target_report(prog, t) for t in targets],
-        "divergence": divergence_report(prog, targets),
-        "seconds": {
+    default = target_report(prog, DEFAULT_CHIP)
+    pruning = estimate_breakdown(prog).total_us
+    cache: dict = {}
+    entries, runs = [], {}
+    for t in targets:
+        entry, outs = _target_run(t, outputs, opt, feeds, want, step, cache, output_names)
+        entries.append(entry)
+        if outs is not None:
+            runs.setdefault(str(t), outs)
+    divergence = divergence_report(prog, targets)
+    divergence["measured"] = _measured_divergence(runs)
+    return CheckReport(
+        model=name,
+        ops=prog.op_count,
+        flops=prog.flops,
+        regions=len(prog.fused_regions),
+        cuts=len(prog.cuts),
+        outputs=output_errors(got, want, prog.output_names),
+        estimate=default,
+        pruning_estimate_us=pruning,
+        targets=entries,
+        divergence=divergence,
+        seconds={
             "compile": compiled - start,
             "emulate": emulated - compiled,
             "reference": done - emulated,
+            "targets": sum(e["seconds"] for e in entries),
         },
-    }
+    )
+
+
+def check_failures(report: dict, max_error: float | None = None) -> list[str]:
+    """Why ``report`` fails the check: one phrase per failing output and run.
+
+    A run fails where an output holds a non-finite value (or an error figure is not
+    finite), or where ``max_error`` is given and an output's ``rel_l2`` exceeds it.
+    Applied to the generic run and to every target that compiles.
+
+    Example:
+        >>> rep = {"model": "m", "outputs": [{"index": 0, "name": None, "rel_l2": 0.2,
+        ...        "max_abs": 1.0, "cosine": 0.9, "nonfinite_values": 0}], "targets": []}
+        >>> check_failures(rep, max_error=0.1)
+        ['m output 0 (generic): rel_l2 0.2 > max error 0.1']
+    """
+    runs = [("generic", report["outputs"])]
+    runs += [(t["description"], t["outputs"]) for t in report["targets"] if t["compiles"]]
+    failures = []
+    for run, outs in runs:
+        for out in outs:
+            label = out["index"] if out["name"] is None else out["name"]
+            where = f"{report['model']} output {label} ({run})"
+            figures = (out["max_abs"], out["rel_l2"], out["cosine"])
+            if out["nonfinite_values"]:
+                failures.append(f"{where}: {out['nonfinite_values']} non-finite value(s)")
+            elif not all(math.isfinite(v) for v in figures):
+                failures.append(f"{where}: non-finite error figures (rel_l2 {out['rel_l2']})")
+            elif max_error is not None and out["rel_l2"] > max_error:
+                failures.append(f"{where}: rel_l2 {out['rel_l2']:.3g} > max error {max_error:g}")
+    return failures

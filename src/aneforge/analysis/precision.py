@@ -86,6 +86,7 @@ import numpy as np
 
 from ..errors import AneforgeError, OptionError, PrecisionWarning
 from ..graph.registry import get_op
+from ..tables import TableMixin
 from .divergence import narrow_terms
 
 #: A clean fused fp16 op's relative error (spec 000: the corpus median); the warning
@@ -172,7 +173,7 @@ class NodeRisk:
 
 
 @dataclass(frozen=True)
-class PrecisionReport:
+class PrecisionReport(TableMixin):
     """The result of :func:`precision_risk`.
 
     Attributes:
@@ -209,6 +210,37 @@ class PrecisionReport:
             "hotspots": [e.as_dict() for e in self.hotspots],
             "nodes": [e.as_dict() for e in self.nodes],
         }
+
+    @property
+    def title(self) -> str:
+        """The report's headline (the first line of ``str(report)``)."""
+        return str(self).split("\n", 1)[0]
+
+    def to_records(self) -> list[dict]:
+        """One row of plain values per listed node; with ``TableMixin`` the report
+        renders as an HTML table in a notebook and a rich table in a terminal.
+
+        Example:
+            >>> import aneforge as af
+            >>> x = af.input((8, 4096), name="x")
+            >>> rows = af.precision_risk(x.sum(-1)).to_records()
+            >>> rows[0]["op"], rows[0]["mode"], rows[0]["terms"]
+            ('sum', 'narrow_sum', 4096)
+        """
+        return [
+            {
+                "node": f"%{e.index}",
+                "op": e.op,
+                "shape": "x".join(map(str, e.shape)),
+                "mode": e.mode,
+                "proxy": e.proxy,
+                "terms": e.terms,
+                "informational": e.informational,
+                "detail": e.detail,
+                "fix": e.fix,
+            }
+            for e in self.nodes
+        ]
 
     def __str__(self) -> str:
         where = self.target or "generic model"

@@ -274,3 +274,31 @@ def targets() -> list[TargetRow]:
             )
         )
     return rows
+
+
+def tier_chips(family: int) -> str:
+    """The chips of capability family ``family`` (one tier) in words, M series first.
+
+    Each chip generation is named once, by its shortest marketing name (M1 for M1 Pro,
+    Max and Ultra; A12 Bionic for A12X and A12Z); a family without a named chip says so.
+
+    Example:
+        >>> tier_chips(2), tier_chips(5)
+        ('M1 / A14 Bionic generation', 'M4, M5 / A17 Pro, A18, A19 generations')
+    """
+    if family not in FAMILIES:
+        raise OptionError(f"tier_chips: family must be one of {sorted(FAMILIES)}, got {family!r}")
+    generations: dict[str, str] = {}  # 'M1' / 'A14' -> shortest name of that generation
+    for row in MARKETING:
+        if row.arch not in FAMILIES[family]:
+            continue
+        gen = re.match(r"[AM]\d+", row.name).group(0)
+        if gen not in generations or len(row.name) < len(generations[gen]):
+            generations[gen] = row.name
+    if not generations:
+        return "no named chip"
+    m_names = [n for g, n in generations.items() if g.startswith("M")]
+    a_names = [n for g, n in generations.items() if g.startswith("A")]
+    words = " / ".join(", ".join(names) for names in (m_names, a_names) if names)
+    plural = max(len(m_names), len(a_names)) > 1  # an M and an A chip share a generation
+    return f"{words} generation{'s' if plural else ''}"
