@@ -44,6 +44,9 @@ from scipy.optimize import minimize
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from fitting import coordinate_polish  # noqa: E402
 
 from aneforge.compiler.compile import build_program  # noqa: E402
 from aneforge.compiler.preflight import preflight  # noqa: E402
@@ -254,26 +257,11 @@ def fit(probs: list[Problem], starts=None) -> np.ndarray:
         r = minimize(objective, r.x, args=args, method="Powell", bounds=LOG_BOUNDS)
         if best is None or r.fun < best.fun:
             best = r
-    return pattern_polish(best.x, args)
-
-
-def pattern_polish(vec, args, steps=(0.05, 0.02, 0.01, 0.005)) -> np.ndarray:
-    """Move one log-constant at a time by +-step while that lowers the objective (the
-    worst-row term makes it non-smooth, where Powell can stop short), finest step last."""
-    vec = np.array(vec)
-    best = objective(vec, *args)
-    for step in steps:
-        improved = True
-        while improved:
-            improved = False
-            for i, (lo, hi) in enumerate(LOG_BOUNDS):
-                for delta in (-step, step):
-                    trial = vec.copy()
-                    trial[i] = min(max(trial[i] + delta, lo), hi)
-                    value = objective(trial, *args)
-                    if value < best - 1e-9:
-                        vec, best, improved = trial, value, True
-    return vec
+    # The worst-row term makes the objective non-smooth, where Powell can stop short.
+    polish_steps = (0.05, 0.02, 0.01, 0.005)
+    return coordinate_polish(
+        best.x, lambda v: objective(v, *args), LOG_BOUNDS, polish_steps, tol=1e-9
+    )
 
 
 def summary(errs: np.ndarray) -> tuple[float, float]:

@@ -44,6 +44,9 @@ from scipy.optimize import minimize
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from fitting import coordinate_polish  # noqa: E402
 
 import aneforge as af  # noqa: E402
 from aneforge.compiler.compile import build_program  # noqa: E402
@@ -161,24 +164,7 @@ def fit(probs) -> np.ndarray:
                                                  "fatol": 1e-9})  # fmt: skip
         if best is None or r.fun < best.fun:
             best = r
-    return polish(best.x, probs)
-
-
-def polish(vec, probs, steps=(0.05, 0.01, 0.002)) -> np.ndarray:
-    """Move one log-constant at a time by +-step while the objective falls."""
-    vec, best = np.array(vec), objective(vec, probs)
-    for step in steps:
-        improved = True
-        while improved:
-            improved = False
-            for i, (lo, hi) in enumerate(LOG_BOUNDS):
-                for delta in (-step, step):
-                    trial = vec.copy()
-                    trial[i] = min(max(trial[i] + delta, lo), hi)
-                    value = objective(trial, probs)
-                    if value < best - 1e-12:
-                        vec, best, improved = trial, value, True
-    return vec
+    return coordinate_polish(best.x, lambda v: objective(v, probs), LOG_BOUNDS)
 
 
 def errors_by_kind(vec, probs) -> dict:

@@ -107,6 +107,14 @@ class _Init:
         return api.layer_norm(x, weight(np.ones(d)), weight(np.zeros(d)))
 
 
+def _image_input(model: str, image, batch, seed) -> tuple[_Init, Tensor]:
+    """The seeded initializer and the ``batch`` x 3 x ``image`` x ``image`` input of an
+    image model, with the sizes checked."""
+    image = _check_size(f"{model}: image", image, 32)
+    batch = _check_size(f"{model}: batch", batch, 1)
+    return _Init(seed), graph_input((batch, 3, image, image), name="image")
+
+
 def _check_size(name: str, value, least: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
         raise OptionError(f"{name} must be an int >= {least}, got {value!r}")
@@ -123,10 +131,9 @@ def resnet(depth: int = 50, image: int = 224, batch: int = 1, classes: int = 100
     """
     if depth not in RESNET_BLOCKS:
         raise OptionError(f"resnet: depth {depth!r} is not one of {sorted(RESNET_BLOCKS)}")
-    image, batch = _check_size("resnet: image", image, 32), _check_size("resnet: batch", batch, 1)
     kind, counts = RESNET_BLOCKS[depth]
-    init = _Init(seed)
-    x = graph_input((batch, 3, image, image), name="image")
+    init, x = _image_input("resnet", image, batch, seed)
+    batch = x.shape[0]
     h = api.relu(init.bn(init.conv(x, 64, 7, stride=2)))
     h = api.max_pool(h, 3, stride=2, pad=1)
     for stage, count in enumerate(counts):
@@ -162,10 +169,8 @@ def mobilenet_v2(image: int = 224, batch: int = 1, classes: int = 1000, seed=0):
         >>> mobilenet_v2()[1].shape
         (1, 1000)
     """
-    image = _check_size("mobilenet_v2: image", image, 32)
-    batch = _check_size("mobilenet_v2: batch", batch, 1)
-    init = _Init(seed)
-    x = graph_input((batch, 3, image, image), name="image")
+    init, x = _image_input("mobilenet_v2", image, batch, seed)
+    batch = x.shape[0]
     h = api.relu6(init.bn(init.conv(x, 32, 3, stride=2)))
     for t, c, n, s in MOBILENET_V2_STAGES:
         for i in range(n):
@@ -189,11 +194,9 @@ def densenet121(image: int = 224, batch: int = 1, classes: int = 1000, seed=0):
         >>> densenet121()[1].shape
         (1, 1000)
     """
-    image = _check_size("densenet121: image", image, 32)
-    batch = _check_size("densenet121: batch", batch, 1)
     growth, blocks, stem = DENSENET121
-    init = _Init(seed)
-    x = graph_input((batch, 3, image, image), name="image")
+    init, x = _image_input("densenet121", image, batch, seed)
+    batch = x.shape[0]
     h = api.relu(init.bn(init.conv(x, stem, 7, stride=2)))
     h = api.max_pool(h, 3, stride=2, pad=1)
     for stage, count in enumerate(blocks):
@@ -223,11 +226,9 @@ def mobileone(preset: str = "mobileone_s0", image=224, batch: int = 1, classes=1
         raise OptionError(
             f"mobileone: unknown preset {preset!r}; one of {sorted(MOBILEONE_WIDTHS)}"
         )
-    image = _check_size("mobileone: image", image, 32)
-    batch = _check_size("mobileone: batch", batch, 1)
     widths = MOBILEONE_WIDTHS[preset]
-    init = _Init(seed)
-    x = graph_input((batch, 3, image, image), name="image")
+    init, x = _image_input("mobileone", image, batch, seed)
+    batch = x.shape[0]
     h = api.relu(init.conv(x, min(64, int(64 * widths[0])), 3, stride=2))
     for stage, (depth, mult) in enumerate(zip(MOBILEONE_DEPTHS, widths)):
         out_ch = int(64 * 2**stage * mult)
