@@ -20,7 +20,6 @@ Example:
 
 from __future__ import annotations
 
-import gc
 import math
 import warnings
 
@@ -31,7 +30,9 @@ from ..errors import (
     PreflightError,
     PreflightWarning,
 )
+from ..gcpause import paused_gc
 from ..graph.tensor import Tensor, check_name
+from ..optimizer.tune import MIN_LOSSY_SPEEDUP
 from .program import Program
 
 OPT_LEVELS = ("routes", 0, 1, 2, "max")
@@ -108,7 +109,6 @@ def _pick_by_estimate(outs):
     at least ``MIN_LOSSY_SPEEDUP`` times faster than the best lossless one (the margin
     the tuner asks of a measured lossy variant)."""
     from ..cost.estimate import estimate
-    from ..optimizer.tune import MIN_LOSSY_SPEEDUP
     from ..optimizer.variants import build_variants
 
     variants = build_variants(outs, lossy=True)
@@ -187,12 +187,7 @@ def compile(  # noqa: A001  (public API name)
         >>> [n.op for n in af.compile(flatten(x) * 2.0).compute_nodes]
         ['reshape', 'mul']
     """
-    gc_was_enabled = gc.isenabled()
-    # Pause the cyclic garbage collector: the passes allocate many small acyclic
-    # objects, and on a 100k-node graph every generation-2 collection rescanned them all,
-    # so compile time grew faster than the graph. Reference counting still frees them.
-    gc.disable()
-    try:
+    with paused_gc():  # the passes allocate many small objects (aneforge.gcpause)
         outs = _as_outputs(outputs)
         names = _output_names(outs, output_names)
         if isinstance(opt, bool) or opt not in OPT_LEVELS:
@@ -252,10 +247,6 @@ def compile(  # noqa: A001  (public API name)
         # PrecisionWarning once when the risk signal exceeds fp16 noise; strict/validate raise.
         check_precision(prog, strict=strict or validate)
         return prog
-
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 def _compress(outs, compress, atol, int8, tgt):

@@ -47,8 +47,10 @@ import numpy as np
 from ..compiler.compile import build_program
 from ..compiler.preflight import preflight, raise_if_blocked
 from ..compiler.program import Program
-from ..errors import AneforgeError, DispatchFloorWarning
+from ..errors import DispatchFloorWarning
+from ..gcpause import paused_gc
 from ..graph.tensor import Tensor
+from ..numerics.compression import quantize_graph_int8
 from ..tables import TableMixin
 from ..targets.names import resolve_target
 from ..targets.table import Target
@@ -59,6 +61,7 @@ from .analytic import (
     load_parts,
     node_times,
     program_loads,
+    program_time_us,
 )
 from .calibration import Constants, constants
 
@@ -241,6 +244,7 @@ def _resolve(target) -> Target:
     return target if isinstance(target, Target) else resolve_target(target)
 
 
+@paused_gc()  # one record per layer: see aneforge.gcpause
 def estimate_breakdown(
     out, int8: bool = False, calibration: Constants | None = None, target=None
 ) -> Estimate:
@@ -270,8 +274,6 @@ def estimate_breakdown(
     else:
         raise_if_blocked(preflight(prog, tgt))
         if int8:  # price the whole-graph int8 variant on that chip
-            from ..numerics.compression import quantize_graph_int8
-
             prog = build_program(quantize_graph_int8(list(prog.outputs)))
         chip, family = chip_constants(tgt), tgt.family
     result = _price(prog, chip, family, int8 and tgt is None, c)
@@ -352,17 +354,21 @@ def estimate(out, int8: bool = False, target=None) -> float:
 
 def warn_if_floor_dominated(prog) -> None:
     """Warn (``DispatchFloorWarning``) when dispatch floors dominate ``prog``'s analytic
-    estimate on its target (or on :data:`DEFAULT_CHIP` when it has none)."""
-    target = prog.target if prog.target is not None else DEFAULT_CHIP
-    try:
-        est = estimate_breakdown(prog, target=target)
-    except AneforgeError:  # a program its target cannot run has no floor to speak of
-        return
-    if est.floor_share >= FLOOR_DOMINATED_SHARE:
-        per = est.floor_us / max(est.n_regions, 1)
+    estimate on its target (or on :data:`DEFAULT_CHIP` when it has none).
+
+    Runs at every compile, so it prices the program's totals only (no per-layer
+    records, no preflight: compile has checked the target already)."""
+    tgt = _resolve(prog.target if prog.target is not None else DEFAULT_CHIP)
+    chip = chip_constants(tgt)
+    loads = program_loads(prog, tgt.family, chip.swap_rows)
+    total = program_time_us(loads, chip)
+    n_regions = sum(isinstance(load, RegionLoad) for load in loads)
+    floors = n_regions * chip.overhead_us
+    share = floors / total if total else 0.0
+    if share >= FLOOR_DOMINATED_SHARE:
         warnings.warn(
-            f"predicted {est.total_us:.0f} us on {est.target} is {est.floor_share:.0%} "
-            f"dispatch floor ({est.n_regions} region(s) x {per:.0f} us): per-call "
+            f"predicted {total:.0f} us on {tgt.arch} is {share:.0%} "
+            f"dispatch floor ({n_regions} region(s) x {chip.overhead_us:.0f} us): per-call "
             "overhead dominates. Batch more samples per call or chain more ops into one "
             "program; threads do not help (dispatch is single-in-flight).",
             DispatchFloorWarning,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ..graph.registry import get_op
 from ..graph.tensor import Tensor
+from ..numerics.compression import quantizable_weight_index, weight_stream_bytes
 
 FP16_BYTES = 2
 INT8_BYTES = 1
@@ -29,8 +30,6 @@ def weight_bytes(node: Tensor, int8: bool = False, family: int | None = None) ->
     ``int8=True`` prices the weight the int8 variant would quantize (the weight operand
     of a contraction) at 1 byte per element; biases and other weights stay as they are.
     """
-    from ..numerics.compression import quantizable_weight_index, weight_stream_bytes
-
     int8_index = quantizable_weight_index(node) if int8 else None
     total = 0.0
     for i, src in enumerate(node.srcs):
