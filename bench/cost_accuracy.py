@@ -2,7 +2,7 @@
 
 For every row of ``src/aneforge/data/silicon_calibration.csv`` (a copy of
 ``../shared/reference/silicon/calibration.csv``), builds the workload with the graph
-API, estimates it for its chip with ``af.estimate(..., target=arch)`` and with the
+API, estimates it for its chip with ``af.estimate(..., target=chip)`` and with the
 spec's own formula and constants (the baseline, scaled from its anchors by the spec's
 rules), and prints predicted vs measured. The summary figures are the geometric-mean
 error factor ``exp(mean |ln(pred / meas)|)`` and the worst factor, for both. Then the
@@ -75,7 +75,7 @@ def score(rows, verbose: bool) -> tuple[list, list]:
         arch = chip_arch(row.chip)
         out = build_workload(row)
         try:
-            predicted = af.estimate(out, target=arch)
+            predicted = af.estimate(out, target=row.chip)  # the chip, with its memory
         except PreflightError as err:  # aneforge prices no program it cannot compile
             first = str(err).splitlines()[1].strip()
             print(f"not scored, does not compile for {arch}: {row.label} ({first})")
@@ -160,7 +160,7 @@ def whole_models() -> list[str]:
         if key not in built:
             built[key] = build_program([build(r.model, batch=r.batch, size=r.size)[1]])
         prog, arch, int8 = built[key], chip_arch(r.chip), r.precision == "int8"
-        got = {"analytic": af.estimate(prog, int8=int8, target=arch)}
+        got = {"analytic": af.estimate(prog, int8=int8, target=r.chip)}
         if arch == DEFAULT_FAMILY_ARCH:
             got["default"] = af.estimate(prog, int8=int8)
         if not int8:

@@ -61,13 +61,12 @@ from aneforge.cost.silicon import (  # noqa: E402
     MODELS,
     PUBLISHED,
     build_workload,
-    chip_arch,
     load_model_rows,
     load_rows,
 )
 from aneforge.models.zoo import build  # noqa: E402
 from aneforge.numerics.compression import quantize_graph_int8  # noqa: E402
-from aneforge.targets.table import get_target  # noqa: E402
+from aneforge.targets.names import resolve_target  # noqa: E402
 
 OUT = ROOT / "src" / "aneforge" / "data" / "analytic_model.json"
 NAMES = [f.name for f in dataclasses.fields(AnalyticParams) if f.name != "swap_rows"]
@@ -88,6 +87,7 @@ STARTS = [
         "overhead_unit_exponent": 1.007,
         "matmul_peak_fraction": 0.4165,
         "layer_overhead_us": 0.01,
+        "memory_share": 0.5,
     },
     {
         "overhead_us": 150.0,
@@ -103,6 +103,7 @@ STARTS = [
         "overhead_unit_exponent": 0.5,
         "matmul_peak_fraction": 0.5,
         "layer_overhead_us": 5.0,
+        "memory_share": 0.8,
     },
     {
         "overhead_us": 200.0,
@@ -118,6 +119,7 @@ STARTS = [
         "overhead_unit_exponent": 0.2,
         "matmul_peak_fraction": 1.0,
         "layer_overhead_us": 1.0,
+        "memory_share": 0.3,
     },
     {
         "overhead_us": 100.0,
@@ -133,6 +135,7 @@ STARTS = [
         "overhead_unit_exponent": 1.0,
         "matmul_peak_fraction": 0.3,
         "layer_overhead_us": 20.0,
+        "memory_share": 1.0,
     },
 ]
 # Physically plausible ranges (at the M1 anchor); a fit stays inside them.
@@ -150,6 +153,7 @@ BOUNDS = {
     "overhead_unit_exponent": (0.0, 1.5),
     "matmul_peak_fraction": (0.1, 1.0),  # a matmul is lowered no better than a conv
     "layer_overhead_us": (0.01, 100.0),  # per engine pass
+    "memory_share": (0.05, 1.0),  # of the chip's unified-memory bandwidth
 }
 
 
@@ -171,7 +175,7 @@ def _problem(row, out, name: str, method: str) -> Problem | None:
     """The row as a fit problem, or None when the preflight says its program does not
     compile for the row's chip (``af.estimate`` prices no such program either)."""
     prog = build_program([out])
-    target = get_target(chip_arch(row.chip))
+    target = resolve_target(row.chip)  # with the chip's memory bandwidth
     if preflight(prog, target).blocking:
         print(f"  skipped (does not compile for {target.arch}): {row.label}")
         return None

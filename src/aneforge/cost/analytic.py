@@ -87,6 +87,7 @@ class AnalyticParams:
     overhead_unit_exponent: float = 0.0  # overhead also scales as units ** -this
     matmul_peak_fraction: float = 1.0  # matmul/linear/bmm run at this fraction of the peak
     layer_overhead_us: float = 0.0  # fixed cost of one engine pass (scales as 1 / clock)
+    memory_share: float | None = None  # DMA reaches at most this share of the chip's memory
     swap_rows: int = 16  # a matmul with at most this many rows may swap roles
 
 
@@ -123,12 +124,16 @@ def chip_constants(target: Target, p: AnalyticParams | None = None) -> ChipConst
     compute = units**p.compute_core_exponent * (target.eff_clock_hz / m1.eff_clock_hz)
     clock = target.clock_hz / m1.clock_hz
     bw = units**p.bw_core_exponent
+    # A chip's memory caps both DMA paths; an architecture alone has no memory system.
+    ceiling = math.inf
+    if p.memory_share is not None and target.memory_bytes_per_us is not None:
+        ceiling = p.memory_share * target.memory_bytes_per_us
     return ChipConstants(
         target.arch,
         p.overhead_us / clock / units**p.overhead_unit_exponent,
         p.peak_flops_per_us * compute,
-        p.bw_data_bytes_per_us * bw,
-        p.bw_kernel_bytes_per_us * bw,
+        min(p.bw_data_bytes_per_us * bw, ceiling),
+        min(p.bw_kernel_bytes_per_us * bw, ceiling),
         p.ramp_flops * compute,
         p.ramp_exponent,
         p.kernel_buffer_bytes * bw,

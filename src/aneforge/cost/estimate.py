@@ -265,7 +265,7 @@ def estimate_breakdown(
     prog = _program(out)
     tgt = None if target is None else _resolve(target)
     c = calibration or constants()
-    memo_key = (bool(int8), c, None if tgt is None else tgt.arch)
+    memo_key = (bool(int8), c, tgt)  # a chip's memory makes M4 and M4 Max two keys
     cached = prog._estimates.get(memo_key)
     if cached is not None:
         return cached

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import replace
 from typing import NamedTuple
 
 from ..errors import OptionError
+from .memory import memory_bandwidth
 from .table import FAMILIES, Target, all_targets, get_target
 
 
@@ -241,7 +243,10 @@ def resolve_target(name: str | Target) -> Target:
         )
     hit = _INDEX.get(chip_key(name))
     if hit is not None:
-        return get_target(hit[1])
+        shown, arch = hit
+        if shown == arch:  # an architecture: no memory system of its own
+            return get_target(arch)
+        return replace(get_target(arch), chip=shown, memory_bytes_per_us=memory_bandwidth(shown))
     close = difflib.get_close_matches(chip_key(name), list(_INDEX), n=5, cutoff=0.6)
     shown = ", ".join(repr(_INDEX[k][0]) for k in close) or "none"
     raise OptionError(

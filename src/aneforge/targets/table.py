@@ -44,6 +44,8 @@ class Target:
     eff_clock_hz: float  # the engine's effective clock at that operating point
     curve_from: str  # the architecture whose measured curve these figures are
     mult: int = 1  # the curve's multiplier field (2 on h15c only)
+    chip: str | None = None  # the chip named, when resolved from a chip name
+    memory_bytes_per_us: float | None = None  # that chip's unified-memory bandwidth
 
     @property
     def units(self) -> float:
