@@ -119,7 +119,10 @@ def kernel_cv() -> list[str]:
     if not cv:
         print("no stored cross-validation: run python scripts/fit_analytic.py --cv --write")
         return []
-    print("\nKernel rows, leave-one-chip-out (stored by scripts/fit_analytic.py --cv):")
+    print("\nKernel rows, leave-one-chip-out (stored by scripts/fit_analytic.py --cv; each")
+    print("benchmark harness's rows compared through its fitted factor):")
+    for name, factor in json.loads(text).get("harness_factors", {}).items():
+        print(f"  harness {name}: measured / reference-method time = {factor:.3f}")
     for chip, e in sorted(cv["chips"].items()):
         print(f"  {chip:<10} {e['arch']:>5} rows {e['rows']:3d}  geo {e['geomean_error']:.2f}x"
               f"  worst {e['worst_error']:.2f}x")  # fmt: skip

@@ -1,8 +1,10 @@
 """The analytic per-chip model: scaling rules, accuracy against silicon, the fit."""
 
 import importlib.util
+import json
 import math
 import sys
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -113,9 +115,13 @@ def test_the_bundled_constants_are_the_fit_scripts_optimum(monkeypatch):
     w = fit.weights(probs)
     cal = np.array([q.group[0] == fit.CALIBRATION for q in probs])
     p = fitted_params()
-    vec = np.log([getattr(p, n) for n in fit.NAMES])
+    stored = json.loads(
+        resources.files("aneforge.data").joinpath("analytic_model.json").read_text()
+    )
+    factors = [stored["harness_factors"][h] for h in fit.HARNESSES]
+    vec = np.log([getattr(p, n) for n in fit.NAMES] + factors)
     best = fit.objective(vec, probs, w, cal)
-    for i, name in enumerate(fit.NAMES):
+    for i, name in enumerate([*fit.NAMES, *fit.HARNESSES]):
         lo, hi = fit.LOG_BOUNDS[i]
         for step in (-0.005, 0.005):
             moved = vec.copy()
