@@ -14,7 +14,14 @@ import aneforge as af
 from aneforge.compiler.compile import build_program
 from aneforge.compiler.preflight import preflight
 from aneforge.cost.analytic import analytic_estimate, chip_constants, fitted_params
-from aneforge.cost.silicon import PUBLISHED, build_workload, chip_arch, error_factors, load_rows
+from aneforge.cost.silicon import (
+    CALIBRATION,
+    PUBLISHED,
+    build_workload,
+    chip_arch,
+    error_factors,
+    load_rows,
+)
 from aneforge.cost.spec_baseline import spec_estimate_us
 from aneforge.errors import PreflightError
 from aneforge.targets.table import all_targets, get_target
@@ -150,3 +157,18 @@ def test_the_spec_baseline_scales_to_every_target(arch):
     t = spec_estimate_us(y, arch)
     assert math.isfinite(t) and t > 0
     assert spec_estimate_us(y, "h17c") <= spec_estimate_us(y, "h17s")
+
+
+def test_the_stored_cross_validation_covers_every_chip_and_meets_the_targets():
+    # What scripts/fit_analytic.py --cv --write recorded for the bundled fit: every chip
+    # held out in turn; the targets for the held-out kernel rows.
+    stored = json.loads(
+        resources.files("aneforge.data").joinpath("analytic_model.json").read_text()
+    )
+    cv = stored["errors"]["leave_one_chip_out"]
+    fit_chips = {r.chip for name in (CALIBRATION, PUBLISHED) for r in load_rows(bundled=name)}
+    assert fit_chips - {"M5 Max"} <= set(cv["chips"])  # the M5 Max's one row does not compile
+    files = [cv[name] for name in (CALIBRATION, PUBLISHED)]
+    rows = sum(f["rows"] for f in files)
+    geo = math.exp(sum(f["rows"] * math.log(f["geomean_error"]) for f in files) / rows)
+    assert geo <= 1.3 and max(f["worst_error"] for f in files) <= 2.5, geo
