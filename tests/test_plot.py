@@ -71,7 +71,7 @@ def test_report_rows_cover_each_target_and_say_which_cannot_compile():
     assert blocked["title"] == "cnn on h11"
     # without targets, the row is the default chip's estimate
     (default,) = report_rows([check_report("cnn", [x], [y])])
-    assert default["arch"] == "h17s" and default["total_us"] == pytest.approx(
+    assert default["roof"] == "M5 Pro" and default["total_us"] == pytest.approx(
         rep["estimate"]["estimate_us"]
     )
 
@@ -141,3 +141,13 @@ def test_without_matplotlib_the_error_says_how_to_install_it(monkeypatch, cnn_es
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import raises
     with pytest.raises(OptionError, match=r"pip install 'aneforge\[plot\]'"):
         plot_estimates(cnn_estimates, "out.png")
+
+
+def test_the_roofs_drawn_are_the_named_chips():
+    # A chip name carries its memory ceiling; the roofline shows the chip's, not its
+    # bare architecture's, DMA roofs.
+    x, y = af.nn.small_cnn()
+    est = af.estimate_breakdown(af.compile(y), target="M1")
+    (row,) = estimate_rows([est])
+    assert est.chip == "M1" and row["roof"] == "M1"
+    assert roofs("M1")["weight_bytes_per_us"] < roofs("h13")["weight_bytes_per_us"]

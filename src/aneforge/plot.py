@@ -113,8 +113,10 @@ def _chip_label(name, arch) -> str:
     return str(arch) if str(name) == str(arch) else f"{name} ({arch})"
 
 
-def _row(title, arch, total_us, floor_us, layers, note=None) -> dict:
-    return {"title": title, "arch": arch, "total_us": total_us, "floor_us": floor_us,
+def _row(title, roof, total_us, floor_us, layers, note=None) -> dict:
+    """A plot row; ``roof`` names what :func:`~aneforge.cost.estimate.roofs` draws: the
+    chip (with its memory ceiling) where one was named, else the architecture."""
+    return {"title": title, "roof": roof, "total_us": total_us, "floor_us": floor_us,
             "layers": list(layers), "note": note}  # fmt: skip
 
 
@@ -134,7 +136,8 @@ def estimate_rows(estimates, names=None) -> list[dict]:
     rows = []
     for est, name in zip(estimates, names):
         label = _chip_label(name, est.target)
-        rows.append(_row(label, est.target, est.total_us, est.floor_us, est.to_records()))
+        roof = est.chip or est.target
+        rows.append(_row(label, roof, est.total_us, est.floor_us, est.to_records()))
     return rows
 
 
@@ -152,7 +155,7 @@ def report_rows(reports) -> list[dict]:
                 rows.append(_row(title, est["arch"], None, None, [], f"does not compile: {why}"))
                 continue
             floor = est["parts_us"]["floor"]
-            rows.append(_row(title, est["arch"], est["estimate_us"], floor, est["layers"]))
+            rows.append(_row(title, est["target"], est["estimate_us"], floor, est["layers"]))
     return rows
 
 
@@ -248,7 +251,7 @@ def _alone_us(layer: dict) -> float:
 def _roofline(ax, row: dict) -> None:
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    r = roofs(row["arch"])
+    r = roofs(row["roof"])
     peak = r["peak_flops_per_us"] / 1e6  # flops per us / 1e6 = TFLOP/s
     dots = roofline_points(row["layers"])
     ridges = [r["peak_flops_per_us"] / r[k] for k in ("weight_bytes_per_us",

@@ -130,7 +130,8 @@ class Estimate(TableMixin):
 
     ``total_us == floor_us + fused_us + cut_us`` (less the int8 tie-breaker), and
     ``fused_us`` is the sum of the fused nodes' ``time_us``. ``target`` is the
-    architecture priced (None: the default model).
+    architecture priced (None: the default model), ``chip`` the chip when one was named
+    (its memory caps the DMA streams).
     """
 
     total_us: float
@@ -142,6 +143,7 @@ class Estimate(TableMixin):
     nodes: list[NodeCost] = field(default_factory=list)
     int8: bool = False
     target: str | None = None
+    chip: str | None = None  # the chip named, when the target was a chip name
 
     def __float__(self) -> float:
         return self.total_us
@@ -278,6 +280,7 @@ def estimate_breakdown(
         chip, family = chip_constants(tgt), tgt.family
     result = _price(prog, chip, family, int8 and tgt is None, c)
     result.target = None if tgt is None else tgt.arch
+    result.chip = None if tgt is None else tgt.chip
     prog._estimates[memo_key] = result  # programs do not change after compile
     return result
 
