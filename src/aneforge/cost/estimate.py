@@ -184,7 +184,12 @@ class Estimate(TableMixin):
 
     @property
     def title(self) -> str:
-        where = f"on {self.target}" if self.target else "by the default model (pruning)"
+        if self.target is None:
+            where = "by the default model (pruning)"
+        elif self.chip:
+            where = f"on {self.chip} ({self.target})"
+        else:
+            where = f"on {self.target}"
         return (
             f"estimate {where}: {self.total_us:.1f} us, {self.bound}-bound, "
             f"{self.n_regions} region(s), {self.n_cuts} cut(s)"
