@@ -173,6 +173,7 @@ def whole_models() -> list[str]:
         per_chip.setdefault(r.chip, []).append((got["analytic"], r.latency_us))
         cells = [f"{got[p]:9.0f}" if p in got else f"{'-':>9}" for p in got and PATHS]
         print(f"{label:<44} {r.role:>10} {arch:>5} {r.latency_us:9.0f} {' '.join(cells)}")
+    onnx_cross_check(built.get(("resnet50", 1, 224)))
     print("not scored:")
     print("\n".join(skipped) or "  (none)")
     print("analytic model per chip:")
@@ -192,6 +193,26 @@ def whole_models() -> list[str]:
 
 
 PATHS = ("analytic", "default", "spec")
+
+
+def onnx_cross_check(zoo_program) -> None:
+    """The ONNX light ResNet-50 (the onnx wheel's, imported) priced beside the zoo's: the
+    same network through the user's import path."""
+    try:
+        import onnx
+        from onnx import version_converter
+
+        from aneforge.models.light import FILES, light_dir
+    except ImportError:
+        print("(onnx is not installed: no ONNX cross-check)")
+        return
+    model = version_converter.convert_version(onnx.load(str(light_dir() / FILES["resnet50"])), 13)
+    light = af.from_onnx(model).compile()
+    for name, prog in (("light_resnet50.onnx", light), ("zoo resnet50", zoo_program)):
+        if prog is not None:
+            m5, m1 = af.estimate(prog, target="M5 Pro"), af.estimate(prog, target="M1")
+            print(f"  {name:<20} {prog.flops / 1e9:.2f} GFLOP: M5 Pro analytic {m5:.0f} us, "
+                  f"default {af.estimate(prog):.0f} us, M1 analytic {m1:.0f} us")  # fmt: skip
 
 
 def main(argv=None) -> int:
