@@ -185,3 +185,12 @@ def test_the_default_model_orders_the_measured_programs_no_worse_than_before():
     old = [fusion_discount(g) for g in graphs]
     assert _concordance(new, meas) >= _concordance(old, meas)
     assert _concordance(new, meas) > 0.8
+
+
+def test_estimates_are_memoized_per_program_chip_and_int8():
+    prog = _program("resnet18", 1, 224)
+    first = af.estimate_breakdown(prog, int8=True, target="M1")
+    assert af.estimate_breakdown(prog, int8=True, target="M1") is first
+    assert af.estimate_breakdown(prog, target="M1") is not first
+    # a chip's memory makes a chip and its bare architecture two estimates
+    assert af.estimate_breakdown(prog, target="h13") is not af.estimate_breakdown(prog, target="M1")

@@ -269,13 +269,14 @@ def estimate_breakdown(
         >>> [(n.name, n.op, n.bound) for n in af.estimate_breakdown(y, target="M1").nodes]
         [('conv_0', 'conv', 'compute'), ('relu_0', 'relu', 'activations')]
     """
-    prog = _program(out)
+    given = _program(out)
     tgt = None if target is None else _resolve(target)
     c = calibration or constants()
     memo_key = (bool(int8), c, tgt)  # a chip's memory makes M4 and M4 Max two keys
-    cached = prog._estimates.get(memo_key)
+    cached = given._estimates.get(memo_key)
     if cached is not None:
         return cached
+    prog = given
     if tgt is None:
         chip, family = default_chip_constants(c), None
     else:
@@ -286,7 +287,7 @@ def estimate_breakdown(
     result = _price(prog, chip, family, int8 and tgt is None, c)
     result.target = None if tgt is None else tgt.arch
     result.chip = None if tgt is None else tgt.chip
-    prog._estimates[memo_key] = result  # programs do not change after compile
+    given._estimates[memo_key] = result  # programs do not change after compile
     return result
 
 
