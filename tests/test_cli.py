@@ -474,3 +474,40 @@ def test_an_onnx_models_output_and_layer_names_reach_the_report(capsys, long_sum
     assert model["targets"][0]["outputs"][0]["name"] == "y"
     layer_names = [layer["name"] for layer in model["targets"][0]["layers"]]
     assert "y" in layer_names  # the ReduceSum node, named by its output
+
+
+@pytest.fixture(scope="module")
+def norm_times_100(tmp_path_factory):
+    """y = layer_norm(x * 100): the norm's x*x passes 65504 and the output is all zeros."""
+    path = tmp_path_factory.mktemp("onnx") / "ln100.onnx"
+    nodes = [
+        helper.make_node("Mul", ["x", "k"], ["scaled"], name="scale"),
+        helper.make_node("LayerNormalization", ["scaled", "g", "b"], ["y"], name="norm"),
+    ]
+    inits = [("k", np.array(100, np.float32)), ("g", np.ones(64, np.float32)),
+             ("b", np.zeros(64, np.float32))]  # fmt: skip
+    return onnx_file(path, nodes, [4, 64], [4, 64], inits)
+
+
+def test_check_says_where_a_run_overflowed(capsys, overflow):
+    rep = check_json(capsys, overflow, "--target", "M1", code=1)
+    (model,) = rep["reports"]
+    for where in (model["where"], model["targets"][0]["where"]):
+        hit = where["first_nonfinite"]
+        assert hit["op"] == "mul" and hit["inf"] > 0 and hit["fed_by"][0]["name"] == "s"
+    main(["check", overflow])
+    text = capsys.readouterr().out
+    assert "generic: first non-finite value at node" in text and "fed by 's'" in text
+
+
+def test_check_finds_the_norm_that_collapsed_by_name(capsys, norm_times_100):
+    rep = check_json(capsys, norm_times_100, "--target", "M5")
+    (model,) = rep["reports"]
+    assert model["where"]["first_nonfinite"] is None
+    assert model["where"]["first_collapse"]["name"] == "norm"
+    assert model["targets"][0]["where"]["first_collapse"]["name"] == "norm"
+
+
+def test_a_healthy_run_is_not_traced(capsys):
+    rep = check_json(capsys, "cnn")
+    assert rep["reports"][0]["where"] is None

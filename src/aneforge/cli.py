@@ -31,7 +31,14 @@ import warnings
 from . import __version__
 from .errors import AneforgeError, DispatchFloorWarning, OptionError
 from .plot import check_plot_path, plot_reports
-from .report import DEFAULT_CHIP, SCHEMA_VERSION, CheckReport, check_failures, check_report
+from .report import (
+    DEFAULT_CHIP,
+    SCHEMA_VERSION,
+    CheckReport,
+    check_failures,
+    check_report,
+    short_label,
+)
 from .tables import columns, format_cell, json_safe, rich_table
 
 #: How many of the slowest layers ``--plot`` shows without ``--layers``.
@@ -181,6 +188,11 @@ def _print_tables(reports: list[CheckReport], layers: int | None = None) -> None
                 "(|x| > 65504) somewhere in the graph; see af.precision_risk and rescale "
                 "the weights or inputs",
             )
+        wheres = [("generic", rep.get("where"))]
+        wheres += [(short_label(t), t.get("where")) for t in rep["targets"]]
+        for run, where in wheres:
+            if where and where["line"]:
+                _line(console, f"{run}: {where['line']} (prog.trace shows every node)")
         if rep["targets"]:
             _print_targets(console, rep)
         if layers:

@@ -178,6 +178,39 @@ def output_errors(got, want, names) -> list[dict]:
     return rows
 
 
+def where_it_happened(prog, feeds, got, target=None) -> dict | None:
+    """When a run's outputs hold an inf or a nan, or an output is all zeros, trace the
+    run (:meth:`Program.trace`) and say where: the first non-finite node and the first
+    node that collapsed to zeros, each as ``{'index', 'name', 'op', 'shape', 'inf',
+    'nan', 'fed_by': [{'name', 'min', 'max'}, ...]}``, with ``line``, a one-line
+    summary. None when every output is finite and not all zeros (no trace is run)."""
+    suspicious = any(not np.all(np.isfinite(g)) or (np.size(g) and not np.any(g)) for g in got)
+    if not suspicious:
+        return None
+    by_id = dict(feeds)
+    tr = prog.trace(*[by_id[id(t)] for t in prog.inputs], target=target)
+
+    def record(hit):
+        if hit is None:
+            return None
+        fed = [{"name": s.name, "min": s.lo, "max": s.hi} for s in tr.sources(hit)]
+        return {"index": hit.index, "name": hit.name, "op": hit.op, "shape": list(hit.shape),
+                "inf": hit.n_inf, "nan": hit.n_nan, "fed_by": fed}  # fmt: skip
+
+    collapse = tr.first_collapse()
+    line = tr.describe_first_nonfinite()
+    if line is None and collapse is not None:
+        line = (
+            f"node %{collapse.index} '{collapse.name}' ({collapse.op}) turned non-zero "
+            "inputs into all zeros: an overflow inside it, or an underflow"
+        )
+    return {
+        "first_nonfinite": record(tr.first_nonfinite()),
+        "first_collapse": record(collapse),
+        "line": line,
+    }
+
+
 def _as_list(result) -> list:
     return list(result) if isinstance(result, tuple) else [result]
 
@@ -345,6 +378,7 @@ def _target_run(target, outputs, opt, feeds, want, step, cache, output_names=Non
         entry["preflight"] = list(record.get("violations", entry["preflight"]))
         entry["lowered"] = dict(record.get("lowered", {}))
         entry["outputs"] = output_errors(got, want, prog.output_names)
+        entry["where"] = where_it_happened(prog, feeds, got, prog.target)
     entry["seconds"] = time.perf_counter() - start
     return entry, got
 
@@ -413,6 +447,7 @@ def check_report(
         regions=len(prog.fused_regions),
         cuts=len(prog.cuts),
         outputs=output_errors(got, want, prog.output_names),
+        where=where_it_happened(prog, feeds, got),
         estimate=default,
         pruning_estimate_us=pruning,
         targets=entries,

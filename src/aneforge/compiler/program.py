@@ -223,6 +223,27 @@ class Program:
         outs = [np.asarray(o, dtype=np.float32) for o in self._execute(args, kwargs, device)]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def trace(self, *args, fast: bool = True, target=None, **kwargs):
+        """Run on the fp16 emulator keeping every node's value range: a
+        :class:`~aneforge.emulator.trace.Trace` whose ``first_nonfinite()`` names the
+        first node that overflowed (or produced a nan) and what fed it.
+
+        Inputs are taken as by ``prog(...)``. ``target`` picks the per-chip numerics
+        (default: the program's own target); ``fast=False`` uses the reference
+        interpreter (the same bits).
+
+        Example:
+            >>> import numpy as np, aneforge as af
+            >>> x = af.input((3,), name="x")
+            >>> tr = af.compile(x.exp(name="e")).trace(np.array([1.0, 20.0, 2.0]))
+            >>> tr.first_nonfinite().name, tr["e"].n_inf
+            ('e', 1)
+        """
+        from ..emulator.trace import trace
+
+        inputs = self.prepare_inputs(args, kwargs)
+        return trace(self, inputs, fast=fast, target=self.target if target is None else target)
+
     def _execute(self, args, kwargs, device):
         from ..devices import get_device
 

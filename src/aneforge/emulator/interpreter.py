@@ -28,7 +28,7 @@ from .fast_kernels import FAST_KERNELS
 from .gemm import gemm, gemm_reference
 
 
-def _execute(program, inputs, kernel, weight_value):
+def _execute(program, inputs, kernel, weight_value, observe=None):
     env: dict[int, np.ndarray] = {}
     feeds = dict(zip((id(t) for t in program.inputs), inputs))
     for i, node in enumerate(program.nodes):
@@ -38,18 +38,22 @@ def _execute(program, inputs, kernel, weight_value):
             env[id(node)] = weight_value(node)
         else:
             env[id(node)] = kernel(node, [env[id(s)] for s in node.srcs])
+        if observe is not None:
+            observe(i, node, env[id(node)])
         for dead in program.dead_after[i]:
             env.pop(id(dead), None)
     return [env[id(t)] for t in program.outputs]
 
 
-def execute_fp16(program, inputs, fast: bool = True, target=None) -> list[np.ndarray]:
+def execute_fp16(program, inputs, fast: bool = True, target=None, observe=None) -> list[np.ndarray]:
     """Run ``program`` in the engine's fp16 arithmetic; inputs are fp16 arrays.
 
     ``fast`` selects the compiled kernels (matmul, batch_norm); ``fast=False`` is the plain NumPy
     reference interpreter. Both give the same bits. ``target`` (a name, Target or
     ChipNumerics) emulates that chip's family; ``None`` is the generic model (the
     program's own ``target`` is the device's business, not the executor's).
+    ``observe(index, node, value)``, when given, sees every node's value as it is made
+    (:mod:`aneforge.emulator.trace` records them).
     """
     chip = chip_numerics(target)
     mm = gemm if fast else gemm_reference
@@ -74,7 +78,7 @@ def execute_fp16(program, inputs, fast: bool = True, target=None) -> list[np.nda
             return chip.finish(node, emulate(node, args, chip_mm))
 
     with chip_execution(chip):
-        return _execute(program, inputs, kernel, lambda node: node.value)
+        return _execute(program, inputs, kernel, lambda node: node.value, observe)
 
 
 def execute_float64(program, inputs) -> list[np.ndarray]:
