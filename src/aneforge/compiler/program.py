@@ -20,6 +20,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..emulator.trace import trace
 from ..errors import DTypeError, InputError, OptionError, PrecisionWarning
 from ..graph.naming import layer_names, user_name
 from ..graph.registry import get_op
@@ -239,8 +240,6 @@ class Program:
             >>> tr.first_nonfinite().name, tr["e"].n_inf
             ('e', 1)
         """
-        from ..emulator.trace import trace
-
         inputs = self.prepare_inputs(args, kwargs)
         return trace(self, inputs, fast=fast, target=self.target if target is None else target)
 
