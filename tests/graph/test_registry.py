@@ -39,7 +39,7 @@ def test_record_is_complete(name):
     op = all_ops()[name]
     assert op.name == name
     assert op.kind in KINDS
-    for hook in (op.shape, op.emulate, op.exact, op.flops):
+    for hook in (op.shape, op.emulate, op.exact, op.flops, op.range):
         assert callable(hook), f"{name}: missing hook"
     assert op.doc, f"{name}: missing doc"
     if op.kind != "source":

@@ -25,6 +25,8 @@ KINDS = ("source", "fused", "bridge")
 ShapeRule = Callable[[list[tuple[int, ...]], dict[str, Any]], tuple[int, ...]]
 Kernel = Callable[..., Any]
 FlopRule = Callable[[list[tuple[int, ...]], tuple[int, ...], dict[str, Any]], int]
+# (node, source intervals, env) -> Interval; see aneforge.graph.ranges
+RangeRule = Callable[[Any, list[Any], Any], Any]
 
 
 def no_flops(in_shapes, out_shape, attrs) -> int:
@@ -62,6 +64,8 @@ class OpDef:
         flops: FLOP rule ``(input_shapes, output_shape, attrs) -> int``.
         doc: one-line description used in generated docstrings.
         flags: algebraic facts (``commutative``, ``elementwise``, ``nonnegative``...).
+        range: value-range rule ``(node, source intervals, env) -> Interval`` holding
+            every value the emulator can produce (:mod:`aneforge.graph.ranges`).
     """
 
     name: str
@@ -74,6 +78,7 @@ class OpDef:
     flops: FlopRule = no_flops
     doc: str = ""
     flags: frozenset[str] = field(default_factory=frozenset)
+    range: RangeRule | None = None
 
     def normalize_attrs(self, given: dict[str, Any]) -> dict[str, Any]:
         """Validate ``given`` against the schema and fill in defaults."""

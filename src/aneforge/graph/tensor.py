@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import AttributeValueError, DTypeError, ShapeError, WeightRangeError
 from .fp16 import round_fp16
+from .ranges import check_range
 from .registry import get_op
 
 MAX_RANK = 5
@@ -299,13 +300,26 @@ class FrozenAttrs(dict):
         return hash(tuple(sorted((k, repr(v)) for k, v in self.items())))
 
 
-def input(shape, name: str | None = None) -> Tensor:  # noqa: A001  (public API name)
+def input(  # noqa: A001  (public API name)
+    shape,
+    name: str | None = None,
+    max_abs: float | None = None,
+    range=None,  # noqa: A002
+) -> Tensor:
     """Declare an fp16 input of ``shape``. Programs take inputs in creation order.
+
+    ``range=(lo, hi)`` (or ``max_abs=m``, meaning ``(-m, m)``) declares the values the
+    input will be fed: :func:`aneforge.range_analysis`, ``compile`` and ``check`` then
+    find where the graph can overflow or underflow for such inputs. An input without a
+    declared range is unknown, and nothing is assumed about it. The range is part of
+    the input's identity (its structural hash).
 
     Example:
         >>> import aneforge as af
         >>> af.input((1, 3, 32, 32), name="image").shape
         (1, 3, 32, 32)
+        >>> af.input((8,), name="x", max_abs=3).attrs["range"]
+        (-3.0, 3.0)
     """
     if name is not None:
         name = check_name(name, "input")
@@ -313,8 +327,15 @@ def input(shape, name: str | None = None) -> Tensor:  # noqa: A001  (public API 
         dims = tuple(int(d) for d in (shape if hasattr(shape, "__iter__") else (shape,)))
     except (TypeError, ValueError):
         raise ShapeError(f"input {name or ''}: shape must be ints, got {shape!r}") from None
-    _check_shape(dims, f"input '{name}'" if name else "input")
-    return Tensor("input", (), FrozenAttrs(), dims, name=name)
+    where = f"input '{name}'" if name else "input"
+    _check_shape(dims, where)
+    if max_abs is not None and range is not None:
+        raise AttributeValueError(f"{where}: give range=(lo, hi) or max_abs=m, not both")
+    attrs = FrozenAttrs()
+    given = range if range is not None else max_abs
+    if given is not None:
+        attrs = FrozenAttrs(range=check_range(given, f"{where} range"))
+    return Tensor("input", (), attrs, dims, name=name)
 
 
 _weight_ids = itertools.count()

@@ -8,12 +8,24 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import AttributeValueError, DTypeError, ShapeError
+from ..ranges import hull_of_sources, rows_kept, same
 from ..registry import Attr, OpDef, check_int_tuple, int_attr, ints_attr, register
 from .common import norm_axes, norm_axis
 
 # Ops that only relabel a tensor's shape: the engine reads the same buffer, so the cost
 # model charges them no pass of their own.
 VIEWS = frozenset({"reshape", "squeeze", "expand_dims"})
+
+
+# Views that can keep the input's rows (and so their norms); concat joins sources.
+_RANGE_RULES = {
+    "reshape": rows_kept,
+    "transpose": rows_kept,
+    "squeeze": rows_kept,
+    "expand_dims": rows_kept,
+    "cast": rows_kept,
+    "concat": hull_of_sources,
+}
 
 
 def _movement(name, arity, attrs, shape_rule, fn, doc):
@@ -28,6 +40,7 @@ def _movement(name, arity, attrs, shape_rule, fn, doc):
             lambda inputs, attrs: fn(inputs, **attrs),
             doc=doc,
             flags=frozenset({"movement", "view"} if name in VIEWS else {"movement"}),
+            range=_RANGE_RULES.get(name, same),
         )
     )
 

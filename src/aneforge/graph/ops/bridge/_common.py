@@ -7,7 +7,17 @@ from ...registry import OpDef
 from ..common import step_kernels
 
 
-def bridge_op(name, arity, attrs, shape_rule, body, doc, flops=None, flags=()) -> OpDef:
+def bridge_op(
+    name,
+    arity,
+    attrs,
+    shape_rule,
+    body,
+    doc,
+    flops=None,
+    flags=(),
+    range=None,  # noqa: A002
+) -> OpDef:
     """The record of one bridge op (kind ``"bridge"``) with kernels run by ``body``.
 
     ``body(steps, inputs, attrs) -> float64`` is one kernel body for both executors
@@ -26,6 +36,7 @@ def bridge_op(name, arity, attrs, shape_rule, body, doc, flops=None, flags=()) -
         exact,
         doc=doc,
         flags=frozenset(flags),
+        range=range,
         **extra,
     )
 
