@@ -3,14 +3,32 @@
 Emulator contract: each op widens its fp16 operands to float64, computes the exact
 function there and rounds the result to fp16 once (so + - * / and sqrt are correctly
 rounded; transcendental functions are rounded from a float64 value).
+
+Range rules (:mod:`aneforge.graph.ranges`) evaluate each op's own fp16 kernel at the
+points where its extremes lie, so they follow its rounding exactly: the ends of the
+input interval for monotone ops (``corners``), plus +-0 where the sign of a zero
+matters (``1 / -0.0 = -inf``) and the critical points of gelu and silu; sin and cos at
+every fp16 value of a short interval; pow and the comparisons by their own case
+analysis (NaN compares false; a negative base needs an integer exponent).
+
+Example:
+    >>> import aneforge as af
+    >>> x = af.input((8,), name="x", range=(-3.0, 2.0))
+    >>> rep = af.range_analysis([af.gelu(x, name="g"), af.inverse(x + 4.0, name="r")])
+    >>> str(rep["g"].interval), str(rep["r"].interval)
+    ('[-0.1699, 1.954]', '[0.1666, 1]')
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy import special
 
-from ..registry import OpDef, choice_attr, float_attr, register
+from ..fp16 import FP16_MAX
+from ..ranges import INF, Interval, corners, hull_of_values, weight_value
+from ..registry import OpDef, choice_attr, float_attr, get_op, register
 from .common import broadcast_shape, in_float64, rounded, same_shape
 
 
@@ -36,67 +54,359 @@ def _clip(x, lo=None, hi=None):
     return x
 
 
-# name -> (float64 function, attributes, flags, one-line doc)
+# ---- range rules ----------------------------------------------------------------------
+
+# Every non-NaN fp16 value, ascending, +-inf included and one zero (+0.0): the inputs a
+# unary op can see, up to the sign of zero.
+_FP16_GRID = np.unique(np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float64))
+_FP16_GRID = _FP16_GRID[~np.isnan(_FP16_GRID)] + 0.0  # + 0.0 turns -0.0 into +0.0
+
+# The minima of gelu and silu, each the root of its derivative (scipy.optimize.brentq,
+# xtol=1e-15; the range tests recompute them):
+#   erf form   d/dx x*Phi(x) = Phi(x) + x*phi(x) = 0
+#   tanh form  d/dx x/2*(1 + tanh(u)), u = sqrt(2/pi)*(x + 0.044715*x**3):
+#              (1 + tanh(u))/2 + x/2*(1 - tanh(u)**2)*sqrt(2/pi)*(1 + 3*0.044715*x**2) = 0
+#   silu       d/dx x*s(x) = s(x)*(1 + x*(1 - s(x))) = 0, s the logistic sigmoid
+# Each function decreases before its minimum and increases after it.
+GELU_MINIMUM = -0.7517915246935646
+GELU_TANH_MINIMUM = -0.7524614220710163
+SILU_MINIMUM = -1.278464542761074
+
+# Above this many fp16 inputs a periodic op's interval is bounded by +-1 (when it spans
+# a period) instead of evaluating the kernel at every one of them.
+_ENUMERATE_LIMIT = 4096
+
+
+def _with_tiny(rule, tiny):
+    """``rule`` with ``tiny(srcs)`` as its smallest non-zero magnitude: for ops whose
+    non-zero outputs are proven at least that large (integers, copies of inputs)."""
+
+    def wrapped(node, srcs, env):
+        iv = rule(node, srcs, env)
+        return Interval(iv.lo, iv.hi, iv.nan, max(iv.tiny, tiny(srcs)))
+
+    wrapped.__doc__ = rule.__doc__
+    return wrapped
+
+
+def _src_tiny(srcs):
+    return min(s.tiny for s in srcs)
+
+
+def _integer_tiny(srcs):
+    return 1.0
+
+
+def _fp16_near(c: float, lo: float, hi: float, k: int = 2) -> np.ndarray:
+    """The ``k`` fp16 values on each side of ``c``, kept inside ``[lo, hi]``."""
+    i = int(np.searchsorted(_FP16_GRID, c))
+    near = _FP16_GRID[max(i - k, 0) : i + k]
+    return near[(near >= lo) & (near <= hi)]
+
+
+def _at_ends_and_zero(points=None):
+    """Rule of unary ops monotone on each side of 0 and between ``points(attrs)`` (their
+    critical points): the kernel at both ends, at +0 and -0 when 0 is inside (``1/-0.0``
+    is -inf, ``sqrt`` and ``log`` change domain there) and at each critical point with
+    its fp16 neighbours (the exact extreme over fp16 inputs). An infinite end adds the
+    finite end +-65504: silu(-inf) is NaN, but silu tends to 0 there.
+
+    Example:
+        >>> import aneforge as af
+        >>> x = af.input((4,), name="x", range=(0.0, 4.0))
+        >>> str(af.range_analysis(af.rsqrt(x)).nodes[-1].interval)
+        '[-inf, inf]'
+    """
+
+    def rule(node, srcs, env):
+        (s,) = srcs
+        xs = [np.array([s.lo, s.hi])]
+        for end in (-FP16_MAX, FP16_MAX):
+            if s.lo <= end <= s.hi:
+                xs.append(np.array([end]))
+        if s.lo <= 0.0 <= s.hi:
+            xs.append(np.array([0.0, -0.0]))
+        for c in points(node.attrs) if points else ():
+            if s.lo < c < s.hi:
+                xs += [np.array([c]), _fp16_near(c, s.lo, s.hi)]
+        out = get_op(node.op).emulate([np.concatenate(xs)], dict(node.attrs), env.mm)
+        return hull_of_values(out, s.nan)
+
+    return rule
+
+
+def _gelu_minimum(attrs):
+    return [GELU_TANH_MINIMUM if attrs.get("approximate") == "tanh" else GELU_MINIMUM]
+
+
+def _silu_minimum(attrs):
+    return [SILU_MINIMUM]
+
+
+def _periodic(node, srcs, env) -> Interval:
+    """Rule of sin and cos: the kernel at every fp16 value of the interval (exact; with
+    huge arguments only a few fp16 values lie in a period), or +-1 when the interval
+    spans a period and holds too many values to list. sin(+-inf) is NaN."""
+    (s,) = srcs
+    if not (math.isfinite(s.lo) and math.isfinite(s.hi)):
+        return Interval(-1.0, 1.0, nan=True)
+    i = int(np.searchsorted(_FP16_GRID, s.lo, side="left"))
+    j = int(np.searchsorted(_FP16_GRID, s.hi, side="right"))
+    if j - i > _ENUMERATE_LIMIT and s.hi - s.lo >= 2.0 * math.pi:
+        return Interval(-1.0, 1.0, s.nan)
+    xs = np.concatenate([_FP16_GRID[i:j], [s.lo, s.hi]])
+    return hull_of_values(get_op(node.op).emulate([xs], dict(node.attrs), env.mm), s.nan)
+
+
+def _has_inf(s: Interval) -> bool:
+    return math.isinf(s.lo) or math.isinf(s.hi)
+
+
+def _holds_zero(s: Interval) -> bool:
+    return s.lo <= 0.0 <= s.hi
+
+
+def _mul_range(node, srcs, env) -> Interval:
+    """Rule of mul: ``corners`` (mul is monotone in each factor), and NaN from 0 * inf,
+    whose zero can lie inside a factor's interval rather than at a corner."""
+    a, b = srcs
+    iv = corners(node, srcs, env)
+    nan = (_has_inf(a) and _holds_zero(b)) or (_has_inf(b) and _holds_zero(a))
+    return iv.with_nan(nan)
+
+
+def _div_range(node, srcs, env) -> Interval:
+    """Rule of div: ``corners`` when the divisor's interval excludes 0 (div is then
+    monotone in each argument). A divisor that can be 0 can be -0.0 too, so a non-zero
+    dividend gives both infinities; 0 / 0 is NaN."""
+    a, b = srcs
+    if not _holds_zero(b):
+        return corners(node, srcs, env)
+    if a.lo == 0.0 == a.hi:
+        return Interval(0.0, 0.0, nan=True)
+    nan = a.nan or b.nan or _holds_zero(a) or (_has_inf(a) and _has_inf(b))
+    return Interval(-INF, INF, nan)
+
+
+def _has_integer(lo: float, hi: float, limit: float, parity: int) -> bool:
+    """Whether ``[lo, hi]`` holds an integer of ``parity`` (0 even, 1 odd) within
+    ``+-limit``."""
+    lo, hi = max(lo, -limit), min(hi, limit)
+    if not lo <= hi:
+        return False
+    first, last = math.ceil(lo), math.floor(hi)
+    return first < last or (first == last and first % 2 == parity)
+
+
+def _exponent_kinds(node, b: Interval) -> tuple[bool, bool, bool, bool]:
+    """Which exponents can occur: (odd integer, even integer, non-integer, +-inf).
+
+    A weight exponent answers from its actual values, any other from its interval:
+    every fp16 value of magnitude >= 1024 is an integer, >= 2048 an even one."""
+    values = weight_value(node.srcs[1])
+    if values is not None:
+        v = values[~np.isnan(values)].ravel()
+        fin = v[np.isfinite(v)]
+        whole = fin[fin == np.floor(fin)]
+        odd = bool((np.mod(whole, 2.0) == 1.0).any())
+        even = bool((np.mod(whole, 2.0) == 0.0).any())
+        return odd, even, whole.size < fin.size, fin.size < v.size
+    odd = _has_integer(b.lo, b.hi, 2047.0, 1)
+    even = _has_integer(b.lo, b.hi, FP16_MAX, 0)
+    lo, hi = max(b.lo, -1024.0), min(b.hi, 1024.0)
+    nonint = lo < hi or (lo == hi and lo != math.floor(lo))
+    return odd, even, nonint, _has_inf(b)
+
+
+def _pow_range(node, srcs, env) -> Interval:
+    """Rule of pow. On non-negative bases pow is monotone in each argument (increasing
+    in the base for a positive exponent, in the exponent for a base above 1), so the
+    kernel at the corners bounds it. A negative base (-0.0 included, which any interval
+    holding 0 may contain) gives ``|a|**b`` signed by the exponent's parity: negative for
+    odd integers, positive for even ones, +-inf exponents and, from -0 and -inf, for
+    non-integers, which give NaN from finite negative bases. ``x ** 2`` with a constant 2
+    therefore bounds like ``square``.
+
+    Example:
+        >>> import aneforge as af
+        >>> x = af.input((4,), name="x", range=(-3.0, 2.0))
+        >>> str(af.range_analysis(x ** 2).nodes[-1].interval)
+        '[0, 9]'
+    """
+    a, b = srcs
+    kernel = get_op(node.op).emulate
+
+    def at(bases):
+        grid = np.meshgrid(np.array(bases), np.array([b.lo, b.hi]), indexing="ij")
+        out = kernel([g.ravel() for g in grid], dict(node.attrs), env.mm)
+        return float(np.nanmin(out)), float(np.nanmax(out))
+
+    parts, nan = [], a.nan or b.nan
+    if a.hi >= 0.0:
+        parts.append(at([a.lo if a.lo > 0.0 else 0.0, a.hi]))
+    if a.lo <= 0.0:
+        odd, even, nonint, infinite = _exponent_kinds(node, b)
+        m, big = at([abs(min(a.hi, 0.0)), abs(a.lo)])  # +0.0, never -0.0, at the bottom
+        if odd:
+            parts.append((-big, -m))
+        if even or infinite or (nonint and (a.hi >= 0.0 or a.lo == -INF)):
+            parts.append((m, big))
+        nan = nan or (nonint and a.lo < 0.0 and a.hi > -INF)
+    if not parts:  # finite negative bases with non-integer exponents only: all NaN
+        return Interval(0.0, 0.0, nan=True)
+    return Interval(min(p[0] for p in parts), max(p[1] for p in parts), nan)
+
+
+def _select_range(node, srcs, env) -> Interval:
+    """Rule of select: values of ``a`` or ``b``; only ``a`` when ``cond`` can never be 0
+    (NaN is non-zero), only ``b`` when it is always 0."""
+    cond, a, b = srcs
+    if cond.lo > 0.0 or cond.hi < 0.0:
+        return a
+    if cond.is_zero:
+        return b
+    return a.hull(b)
+
+
+def _below(a: Interval, b: Interval) -> bool:
+    """Every non-NaN value of ``a`` is below every one of ``b``."""
+    return a.hi < b.lo
+
+
+def _at_most(a: Interval, b: Interval) -> bool:
+    return a.hi <= b.lo
+
+
+def _one_point(a: Interval, b: Interval) -> bool:
+    """Both hold one and the same value, and no NaN."""
+    return a.lo == a.hi == b.lo == b.hi and not (a.nan or b.nan)
+
+
+def _clean(a: Interval, b: Interval) -> bool:
+    return not (a.nan or b.nan)
+
+
+def _compare_range(always, never):
+    """Rule of a comparison: 1 where ``always(a, b)`` proves it true for every pair of
+    values (NaN compares false, except in not_equal), 0 where ``never(a, b)`` proves it
+    false, else {0, 1}. The output is never NaN."""
+
+    def rule(node, srcs, env):
+        a, b = srcs
+        if always(a, b):
+            return Interval(1.0, 1.0)
+        if never(a, b):
+            return Interval(0.0, 0.0)
+        return Interval(0.0, 1.0, tiny=1.0)
+
+    return rule
+
+
+# name -> (float64 function, attributes, flags, one-line doc, range rule)
+_ZERO = _at_ends_and_zero()
+_SAME_TINY = _with_tiny(corners, _src_tiny)
+_INTEGER = _with_tiny(corners, _integer_tiny)
 UNARY = {
-    "neg": (np.negative, {}, {"odd"}, "-x"),
-    "relu": (lambda x: np.maximum(x, 0.0), {}, {"nonnegative"}, "max(x, 0)"),
+    "neg": (np.negative, {}, {"odd"}, "-x", _SAME_TINY),
+    "relu": (lambda x: np.maximum(x, 0.0), {}, {"nonnegative"}, "max(x, 0)", _SAME_TINY),
     "gelu": (
         _gelu,
         {"approximate": choice_attr(("none", "tanh"), "none", "approximate")},
         set(),
         "x * Phi(x) (erf form; approximate='tanh' for the tanh form)",
+        _at_ends_and_zero(_gelu_minimum),
     ),
-    "silu": (lambda x: x * special.expit(x), {}, set(), "x * sigmoid(x)"),
-    "sigmoid": (special.expit, {}, {"nonnegative"}, "1 / (1 + exp(-x))"),
-    "tanh": (np.tanh, {}, {"odd"}, "hyperbolic tangent"),
-    "exp": (np.exp, {}, {"nonnegative"}, "e**x"),
-    "log": (np.log, {}, set(), "natural logarithm (nan below 0, -inf at 0)"),
-    "sqrt": (np.sqrt, {}, {"nonnegative"}, "square root"),
-    "rsqrt": (lambda x: 1.0 / np.sqrt(x), {}, {"nonnegative"}, "1 / sqrt(x)"),
-    "inverse": (lambda x: 1.0 / x, {}, set(), "1 / x"),
-    "abs": (np.abs, {}, {"nonnegative"}, "|x|"),
-    "square": (np.square, {}, {"nonnegative"}, "x * x"),
-    "sin": (np.sin, {}, {"odd"}, "sine"),
-    "cos": (np.cos, {}, set(), "cosine"),
-    "erf": (special.erf, {}, {"odd"}, "error function"),
-    "softplus": (lambda x: np.logaddexp(0.0, x), {}, {"nonnegative"}, "log(1 + e**x)"),
-    "relu6": (lambda x: np.clip(x, 0.0, 6.0), {}, {"nonnegative"}, "min(max(x, 0), 6)"),
-    "elu": (_elu, {"alpha": float_attr(1.0, "alpha")}, set(), "x if x > 0 else alpha*(e**x-1)"),
+    "silu": (
+        lambda x: x * special.expit(x),
+        {},
+        set(),
+        "x * sigmoid(x)",
+        _at_ends_and_zero(_silu_minimum),
+    ),
+    "sigmoid": (special.expit, {}, {"nonnegative"}, "1 / (1 + exp(-x))", corners),
+    "tanh": (np.tanh, {}, {"odd"}, "hyperbolic tangent", corners),
+    "exp": (np.exp, {}, {"nonnegative"}, "e**x", corners),
+    "log": (np.log, {}, set(), "natural logarithm (nan below 0, -inf at 0)", _ZERO),
+    "sqrt": (np.sqrt, {}, {"nonnegative"}, "square root", _ZERO),
+    "rsqrt": (lambda x: 1.0 / np.sqrt(x), {}, {"nonnegative"}, "1 / sqrt(x)", _ZERO),
+    "inverse": (lambda x: 1.0 / x, {}, set(), "1 / x", _ZERO),
+    "abs": (np.abs, {}, {"nonnegative"}, "|x|", _with_tiny(_ZERO, _src_tiny)),
+    "square": (np.square, {}, {"nonnegative"}, "x * x", _ZERO),
+    "sin": (np.sin, {}, {"odd"}, "sine", _periodic),
+    "cos": (np.cos, {}, set(), "cosine", _periodic),
+    "erf": (special.erf, {}, {"odd"}, "error function", corners),
+    "softplus": (
+        lambda x: np.logaddexp(0.0, x),
+        {},
+        {"nonnegative"},
+        "log(1 + e**x)",
+        corners,
+    ),
+    "relu6": (
+        lambda x: np.clip(x, 0.0, 6.0),
+        {},
+        {"nonnegative"},
+        "min(max(x, 0), 6)",
+        _with_tiny(corners, lambda srcs: min(srcs[0].tiny, 6.0)),
+    ),
+    "elu": (
+        _elu,
+        {"alpha": float_attr(1.0, "alpha")},
+        set(),
+        "x if x > 0 else alpha*(e**x-1)",
+        _ZERO,
+    ),
     "leaky_relu": (
         _leaky_relu,
         {"alpha": float_attr(0.01, "alpha")},
         set(),
         "x if x >= 0 else alpha * x",
+        _ZERO,
     ),
     "clip": (
         _clip,
         {"lo": float_attr(None, "lo"), "hi": float_attr(None, "hi")},
         set(),
         "min(max(x, lo), hi)",
+        corners,
     ),
-    "sign": (np.sign, {}, set(), "-1, 0 or 1"),
-    "floor": (np.floor, {}, set(), "round toward -inf"),
-    "ceil": (np.ceil, {}, set(), "round toward +inf"),
-    "round": (np.round, {}, set(), "round half to even"),
+    "sign": (np.sign, {}, set(), "-1, 0 or 1", _INTEGER),
+    "floor": (np.floor, {}, set(), "round toward -inf", _INTEGER),
+    "ceil": (np.ceil, {}, set(), "round toward +inf", _INTEGER),
+    "round": (np.round, {}, set(), "round half to even", _INTEGER),
 }
 
+# name -> (float64 function, flags, one-line doc, range rule)
 BINARY = {
-    "add": (np.add, {"commutative", "associative"}, "a + b"),
-    "sub": (np.subtract, set(), "a - b"),
-    "mul": (np.multiply, {"commutative", "associative"}, "a * b"),
-    "div": (np.divide, set(), "a / b"),
-    "maximum": (np.maximum, {"commutative"}, "elementwise max (nan propagates)"),
-    "minimum": (np.minimum, {"commutative"}, "elementwise min (nan propagates)"),
-    "pow": (np.power, set(), "a ** b"),
+    "add": (np.add, {"commutative", "associative"}, "a + b", corners),
+    "sub": (np.subtract, set(), "a - b", corners),
+    "mul": (np.multiply, {"commutative", "associative"}, "a * b", _mul_range),
+    "div": (np.divide, set(), "a / b", _div_range),
+    "maximum": (np.maximum, {"commutative"}, "elementwise max (nan propagates)", _SAME_TINY),
+    "minimum": (np.minimum, {"commutative"}, "elementwise min (nan propagates)", _SAME_TINY),
+    "pow": (np.power, set(), "a ** b", _pow_range),
 }
 
+# name -> (float64 function, proof it is always true, proof it is always false)
 COMPARE = {
-    "equal": np.equal,
-    "not_equal": np.not_equal,
-    "less": np.less,
-    "less_equal": np.less_equal,
-    "greater": np.greater,
-    "greater_equal": np.greater_equal,
+    "equal": (np.equal, _one_point, lambda a, b: _below(a, b) or _below(b, a)),
+    "not_equal": (np.not_equal, lambda a, b: _below(a, b) or _below(b, a), _one_point),
+    "less": (np.less, lambda a, b: _clean(a, b) and _below(a, b), lambda a, b: _at_most(b, a)),
+    "less_equal": (
+        np.less_equal,
+        lambda a, b: _clean(a, b) and _at_most(a, b),
+        lambda a, b: _below(b, a),
+    ),
+    "greater": (
+        np.greater,
+        lambda a, b: _clean(a, b) and _below(b, a),
+        lambda a, b: _at_most(a, b),
+    ),
+    "greater_equal": (
+        np.greater_equal,
+        lambda a, b: _clean(a, b) and _at_most(b, a),
+        lambda a, b: _below(a, b),
+    ),
 }
 
 
@@ -112,7 +422,7 @@ def _binary_shape(name):
     return lambda in_shapes, attrs: broadcast_shape(name, in_shapes)
 
 
-for _name, (_fn, _attrs, _flags, _doc) in UNARY.items():
+for _name, (_fn, _attrs, _flags, _doc, _range) in UNARY.items():
     register(
         OpDef(
             _name,
@@ -124,10 +434,11 @@ for _name, (_fn, _attrs, _flags, _doc) in UNARY.items():
             in_float64(_fn),
             doc=_doc,
             flags=frozenset(_flags | {"elementwise", "unary"}),
+            range=_range,
         )
     )
 
-for _name, (_fn, _flags, _doc) in BINARY.items():
+for _name, (_fn, _flags, _doc, _range) in BINARY.items():
     register(
         OpDef(
             _name,
@@ -139,6 +450,7 @@ for _name, (_fn, _flags, _doc) in BINARY.items():
             in_float64(_fn),
             doc=_doc,
             flags=frozenset(_flags | {"elementwise", "binary"}),
+            range=_range,
         )
     )
 
@@ -147,7 +459,7 @@ def _comparison(fn):
     return lambda a, b: fn(a, b).astype(np.float64)
 
 
-for _name, _fn in COMPARE.items():
+for _name, (_fn, _always, _never) in COMPARE.items():
     register(
         OpDef(
             _name,
@@ -159,6 +471,7 @@ for _name, _fn in COMPARE.items():
             in_float64(_comparison(_fn)),
             doc=f"1.0 where {_name}(a, b) else 0.0 (nan compares false)",
             flags=frozenset({"elementwise", "binary", "nonnegative"}),
+            range=_compare_range(_always, _never),
         )
     )
 
@@ -178,5 +491,6 @@ register(
         in_float64(_select),
         doc="a where cond != 0 else b (all three broadcast)",
         flags=frozenset({"elementwise"}),
+        range=_select_range,
     )
 )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import AttributeValueError, ShapeError
+from ..ranges import same
 from ..registry import OpDef, int_attr, ints_attr, register
 from .common import norm_axis
 
@@ -71,5 +72,6 @@ register(
         _gather,
         doc="the slices of x at constant indices along axis, in order (repeats allowed)",
         flags=frozenset({"movement"}),
+        range=same,
     )
 )
