@@ -5,16 +5,28 @@ column) order with the narrow fp16 accumulator and divides by the count of non-p
 elements (or the full window with ``count_include_pad=True``), rounded once. Nearest
 upsampling copies. Bilinear upsampling computes each output as the weighted sum of its
 neighbours in float64 and rounds once; ``align_corners=False`` is the half-pixel rule.
+
+Range rules (:mod:`aneforge.graph.ranges`): max_pool and nearest upsampling return input
+values (every max_pool window holds at least one input element, as the padding is
+smaller than the kernel). avg_pool and bilinear upsampling are non-decreasing in every
+input element (a narrow sum, or a float64 sum with weights >= 0, then monotone rounding),
+so their kernels on a probe of one channel filled with each end of the input's range
+bound them, padding included.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import ShapeError
-from ..fp16 import narrow_sum, round_fp16
+from ..fp16 import FP16_MAX, narrow_sum, round_fp16
+from ..ranges import Interval, copies_sum, monotone, same
 from ..registry import OpDef, bool_attr, choice_attr, ints_attr, register
 from .common import pads, spatial_tuple
+
+INF = math.inf
 
 _POOL_ATTRS = {
     "kernel": ints_attr(None, 1, "kernel", required=True),
@@ -92,6 +104,34 @@ def _avg_exact(inputs, attrs):
     return _pool_run("avg_pool", inputs[0], attrs, reduce_windows)
 
 
+def _channel_probe(node):
+    """One batch item and one channel: every channel is the same function of its own
+    values, so the extremes over the whole tensor are those of one channel."""
+    return [(1, 1) + tuple(node.srcs[0].shape[2:])]
+
+
+_avg_probe = monotone(_channel_probe)
+
+
+def _avg_range(node, srcs, env) -> Interval:
+    """Range rule of ``avg_pool``: the kernel on one channel filled with each end of the
+    range (padding zeros and the per-window counts included). The window sum is recorded
+    as ``sum(window)``: a window with ``m`` real elements sums like ``m`` copies (the
+    padding adds exact zeros), between 0 and the full window's ``K`` copies.
+
+    Example:
+        >>> import aneforge as af
+        >>> x = af.input((1, 2, 4, 4), name="x", range=(1.0, 3.0))
+        >>> str(af.range_analysis(af.avg_pool(x, 3, stride=1, pad=1)).nodes[-1].interval)
+        '[1, 3]'
+    """
+    (s,) = srcs
+    _, kern, _, _, _ = _pool_geometry("avg_pool", node.srcs[0].shape, node.attrs)
+    lo, hi = (float(v) for v in copies_sum([s.lo, s.hi], int(np.prod(kern))))
+    env.step("sum(window)", Interval(min(lo, 0.0), max(hi, 0.0), s.nan or (lo, hi) == (-INF, INF)))
+    return _avg_probe(node, srcs, env)
+
+
 register(
     OpDef(
         "max_pool",
@@ -102,6 +142,7 @@ register(
         lambda inputs, attrs, mm=None: _pool_run("max_pool", inputs[0], attrs, _max_windows),
         lambda inputs, attrs: _pool_run("max_pool", inputs[0], attrs, _max_windows),
         doc="max over each window (padding never wins); stride defaults to the kernel",
+        range=same,
     )
 )
 register(
@@ -114,6 +155,7 @@ register(
         _avg_emulate,
         _avg_exact,
         doc="mean over each window (narrow sum); stride defaults to the kernel",
+        range=_avg_range,
     )
 )
 
@@ -158,6 +200,32 @@ def _upsample_f64(x, attrs):
     return y
 
 
+def _upsample_range(node, srcs, env) -> Interval:
+    """Range rule of ``upsample``. Nearest copies input values. Bilinear is
+    non-decreasing in every input (weights >= 0), so its kernel on one channel filled
+    with each end bounds it; its weight matrices hold zeros, so an infinite input makes
+    ``inf * 0`` (NaN) and the finite values are bounded by the clamped ends.
+
+    Example:
+        >>> import aneforge as af
+        >>> x = af.input((1, 1, 3, 3), name="x", range=(-2.0, 5.0))
+        >>> y = af.upsample(x, 2, mode="bilinear")
+        >>> str(af.range_analysis(y).nodes[-1].interval)
+        '[-2, 5]'
+    """
+    (s,) = srcs
+    if node.attrs["mode"] == "nearest":
+        return s
+    ends = [float(v) for v in np.clip(np.array([s.lo, s.hi]), -FP16_MAX, FP16_MAX)]
+    shape = _channel_probe(node)[0]
+    with np.errstate(all="ignore"):
+        out = [_upsample_f64(np.full(shape, e), node.attrs) for e in ends]
+    v = np.asarray(round_fp16(np.stack(out)), dtype=np.float64)
+    lo = -INF if s.lo == -INF else float(v.min())
+    hi = INF if s.hi == INF else float(v.max())
+    return Interval(lo, hi, s.nan or not (math.isfinite(s.lo) and math.isfinite(s.hi)))
+
+
 register(
     OpDef(
         "upsample",
@@ -172,5 +240,6 @@ register(
         lambda inputs, attrs, mm=None: round_fp16(_upsample_f64(inputs[0], attrs)),
         lambda inputs, attrs: _upsample_f64(inputs[0], attrs),
         doc="integer-factor upsampling, nearest or (bi)linear",
+        range=_upsample_range,
     )
 )
