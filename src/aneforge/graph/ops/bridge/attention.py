@@ -1,12 +1,37 @@
-"""The attention bridge op: sdpa (scaled dot-product attention)."""
+"""The attention bridge op: sdpa (scaled dot-product attention).
+
+Range rule: the scores ``q @ k^T`` are bounded like any contraction (through the
+target's output stage), then scaled and masked as recorded steps; the softmax weights
+``p`` lie in [0, 1] and sum to at most ``(1 + u) / (1 - u)**(T-1)`` (the narrow sum of
+the exponentials can only lose that much), so the output, ``mm(p, v)``, is bounded by
+that sum times ``v``'s range, far tighter than ``T * max|v|``.
+
+Example:
+    >>> import aneforge as af
+    >>> q, k = af.input((1, 4, 8), range=(-3, 3)), af.input((1, 6, 8), range=(-3, 3))
+    >>> v = af.input((1, 6, 2), range=(-1, 2))
+    >>> rep = af.range_analysis(sdpa(q, k, v, name="att"))
+    >>> str(rep["att"].interval), [label for label, _ in rep["att"].steps]
+    ('[-1.004, 2.008]', ['q@k*scale', 'sum(exp)'])
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ....errors import ShapeError
+from ...fp16 import narrow_sum, round_fp16
+from ...ranges import ETA16, INF, U16, Interval, softmax_sum_bounds, weight_value
 from ...registry import bool_attr, float_attr
 from ...tensor import Tensor, make
+from ..contraction import (
+    add_bounds,
+    contraction_interval,
+    interval_sum_bounds,
+    product_bounds,
+    slack_rate,
+    weighted_sum_bounds,
+)
 from ._common import bridge_op, need_rank
 
 
@@ -67,6 +92,82 @@ def _sdpa_body(st, inputs, attrs):
     return out.reshape(batch + (s_len, dv))
 
 
+def _scores_range(node, srcs, env) -> Interval:
+    """``mm(q, k^T)`` through the output stage, then ``* fp16(scale)`` (a step)."""
+    q, k = node.srcs[:2]
+    qw, kw = weight_value(q), weight_value(k)
+    if kw is not None:
+        lo, hi, nan = weighted_sum_bounds(np.swapaxes(kw, -1, -2), srcs[0])
+    elif qw is not None:
+        lo, hi, nan = weighted_sum_bounds(np.swapaxes(qw, -1, -2), srcs[1])
+    else:
+        lo, hi, nan = interval_sum_bounds(srcs[0], srcs[1], q.shape[-1])
+    s = contraction_interval(env, lo, hi, nan)
+    scale = node.attrs["scale"]
+    c = float(round_fp16(scale if scale is not None else q.shape[-1] ** -0.5))
+    plo, phi, pnan = product_bounds(s.lo, s.hi, c, c)
+    return env.step("q@k*scale", Interval(float(plo), float(phi), s.nan or bool(pnan)))
+
+
+def _sdpa_range(node, srcs, env):
+    """The scores' steps, then the softmax weights' sum bound times ``v``'s range."""
+    q, k, v = node.srcs[:3]
+    t = k.shape[-2]
+    s = _scores_range(node, srcs, env)
+    # NaN leaves the softmax where a score is +inf (inf - inf) or a whole row is -inf
+    row_ok = s.lo > -INF
+    if node.attrs["has_mask"]:
+        mw = weight_value(node.srcs[3])
+        scores_shape = q.shape[:-1] + (t,)
+        if mw is not None:
+            m = np.broadcast_to(mw, scores_shape)
+            lo, hi, anan = add_bounds(s.lo, s.hi, m, m)
+            row_ok = bool(np.all(np.any(lo > -INF, axis=-1)))
+        else:
+            im = srcs[3]
+            lo, hi, anan = add_bounds(s.lo, s.hi, im.lo, im.hi)
+            row_ok = bool(lo > -INF)
+            anan = anan | im.nan
+        s = env.step(
+            "q@k*scale+mask",
+            Interval(float(np.min(lo)), float(np.max(hi)), s.nan or bool(np.any(anan))),
+        )
+    nan = s.nan or s.hi == INF or not row_ok
+    top = float(narrow_sum(np.ones(t, np.float16), 0))  # every e <= 1 (the max gives 1)
+    env.step("sum(exp)", Interval(1.0, top, nan))
+    s_lo, s_hi = softmax_sum_bounds(t)
+    vw = weight_value(v)
+    if vw is not None:
+        vlo, vhi = np.fmin.reduce(vw, axis=-2), np.fmax.reduce(vw, axis=-2)
+        vlo, vhi = (
+            np.nan_to_num(vlo, nan=0.0, posinf=INF, neginf=-INF),
+            np.nan_to_num(vhi, nan=0.0, posinf=INF, neginf=-INF),
+        )
+        vnan = bool(np.isnan(vw).any())
+    else:
+        vlo, vhi, vnan = srcs[2].lo, srcs[2].hi, srcs[2].nan
+    lo, hi = _weighted_mean_bounds(vlo, vhi, s_lo, s_hi, t)
+    nan = nan or vnan or (t > 1 and bool(np.any(np.isinf(vlo) | np.isinf(vhi))))
+    return contraction_interval(env, lo, hi, nan)
+
+
+def _weighted_mean_bounds(vlo, vhi, s_lo, s_hi, t):
+    """Float64 bounds of ``mm(p, v)`` before its rounding: ``sum_t fp16(p_t * v_t)`` in
+    a float32 sum with ``p_t`` in [0, 1], ``sum p_t`` in [s_lo, s_hi], ``v_t`` in
+    [vlo, vhi]. Each product rounds by at most ``u |p v| + 2**-25``; the float32 sum
+    adds at most ``gamma_{t-1}`` of the sum of the |products|."""
+    vlo, vhi = np.asarray(vlo, dtype=np.float64), np.asarray(vhi, dtype=np.float64)
+    a, b = np.clip(vlo, -65504.0, 65504.0), np.clip(vhi, -65504.0, 65504.0)
+    mag = np.maximum(np.abs(a), np.abs(b))
+    rate = slack_rate(t)
+    if rate == INF:  # over 2**23 positions: no float32 bound worth the name
+        return np.full(mag.shape, -INF), np.full(mag.shape, INF)
+    slack = rate * ((1 + U16) * mag * s_hi + t * ETA16)
+    hi = np.maximum(b * s_lo, b * s_hi) + U16 * np.abs(b) * s_hi + t * ETA16 + slack
+    lo = np.minimum(a * s_lo, a * s_hi) - U16 * np.abs(a) * s_hi - t * ETA16 - slack
+    return np.where(vlo == -INF, -INF, lo), np.where(vhi == INF, INF, hi)
+
+
 def _sdpa_flops(in_shapes, out_shape, attrs):
     q, k, v = in_shapes[:3]
     batch = int(np.prod(q[:-2], dtype=np.int64))
@@ -83,6 +184,7 @@ _SDPA = bridge_op(
     "scaled dot-product attention softmax((q @ k^T) * scale [+ mask]) @ v",
     flops=_sdpa_flops,
     flags=("route",),
+    range=_sdpa_range,
 )
 
 

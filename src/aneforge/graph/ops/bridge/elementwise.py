@@ -4,22 +4,68 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ranges import Interval, hull_of_values
 from ...registry import choice_attr, float_attr
 from ...tensor import Tensor, make
-from ..common import broadcast_shape
+from ..common import Steps, broadcast_shape
 from ._common import bridge_op
 
 _SCALED_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
+_STEP_LABELS = {"add": "a+b", "sub": "a-b", "mul": "a*b"}
 
 
 def _scaled_shape(in_shapes, attrs):
     return broadcast_shape("scaled_elementwise", list(in_shapes))
 
 
+def _combine(st, a, b, attrs):
+    return st.step(_SCALED_OPS[attrs["op"]](a, b))
+
+
+def _rescale(st, r, attrs):
+    return st.step(r * st.const(attrs["scale"]))
+
+
 def _scaled_body(st, inputs, attrs):
     a, b = inputs
-    r = st.step(_SCALED_OPS[attrs["op"]](a, b))
-    return st.step(r * st.const(attrs["scale"]))
+    return _rescale(st, _combine(st, a, b, attrs), attrs)
+
+
+def _zero_times_inf(p: Interval, q: Interval) -> bool:
+    """Whether ``p * q`` can meet 0 * inf with the zero strictly inside an interval
+    (the corners miss it there)."""
+    return p.lo <= 0.0 <= p.hi and max(abs(q.lo), abs(q.hi)) == np.inf
+
+
+def scaled_range(node, srcs, env) -> Interval:
+    """Range rule of ``scaled_elementwise``, step by step with the kernel's own steps:
+    ``r = fp16(a op b)`` is monotone in each input separately (for a fixed other), so its
+    extremes lie at the corners of the box; ``y = fp16(r * fp16(scale))`` is monotone
+    in ``r``, so its extremes lie at ``r``'s ends. ``r`` is recorded as a step.
+
+    Example:
+        >>> import aneforge as af
+        >>> from aneforge.graph.ops.bridge import scaled_elementwise
+        >>> a = af.input((3,), name="a", range=(-1, 2))
+        >>> b = af.input((3,), name="b", range=(0, 4))
+        >>> y = scaled_elementwise(a, b, op="mul", scale=-0.5, name="y")
+        >>> str(af.range_analysis(y)["y"].interval)
+        '[-4, 2]'
+    """
+    a, b = srcs
+    st = Steps(True)
+    attrs = dict(node.attrs)
+    ga, gb = np.meshgrid([a.lo, a.hi], [b.lo, b.hi], indexing="ij")
+    with np.errstate(all="ignore"):
+        rc = _combine(st, ga.ravel(), gb.ravel(), attrs)
+    nan = a.nan or b.nan
+    if attrs["op"] == "mul":
+        nan = nan or _zero_times_inf(a, b) or _zero_times_inf(b, a)
+    r = env.step(_STEP_LABELS[attrs["op"]], hull_of_values(rc, nan))
+    with np.errstate(all="ignore"):
+        yc = _rescale(st, np.array([r.lo, r.hi]), attrs)
+    scale = Interval.of(st.const(attrs["scale"]))
+    return hull_of_values(yc, r.nan or _zero_times_inf(r, scale))
 
 
 _SCALED_ELEMENTWISE = bridge_op(
@@ -32,6 +78,7 @@ _SCALED_ELEMENTWISE = bridge_op(
     _scaled_shape,
     _scaled_body,
     "scale * (a op b) with op add, sub or mul, broadcasting",
+    range=scaled_range,
 )
 
 

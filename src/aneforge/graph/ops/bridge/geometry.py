@@ -1,14 +1,38 @@
 """The geometry bridge ops: cross_product, cross_correlation, cost_volume, fps and
-radius_search."""
+radius_search.
+
+Range rules: cross_product bounds each rounded product by its corners (per element
+when an operand is a weight) and then their difference; cross_correlation is a
+contraction (row sums of a known template); cost_volume bounds the products, their
+narrow sum over the channels (the sum of C copies of an end, which is exact since the
+narrow sum is monotone in every term) and the division; fps and radius_search give
+indices in [0, N-1] (radius_search pads with -1).
+
+Example:
+    >>> import aneforge as af
+    >>> a, b = af.input((4, 3), range=(-2, 2)), af.input((4, 3), range=(0, 3))
+    >>> str(af.range_analysis(cross_product(a, b, name="c"))["c"].interval)
+    '[-12, 12]'
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ....errors import AttributeValueError, ShapeError
+from ...fp16 import narrow_sum, round_fp16
+from ...ranges import INF, Interval, weight_value
 from ...registry import Attr, check_float, int_attr
 from ...tensor import Tensor, make
 from ..common import broadcast_shape, norm_axis
+from ..contraction import (
+    add_bounds,
+    contraction_interval,
+    fp16_outward,
+    interval_sum_bounds,
+    product_bounds,
+    weighted_sum_bounds,
+)
 from ._common import bridge_op, need_rank
 from .selection import as_indices, check_index_range, first_max
 
@@ -41,6 +65,45 @@ def _cross_body(st, inputs, attrs):
     return np.moveaxis(out, -1, axis)
 
 
+def _components(tensor, iv, shape, axis):
+    """(lo, hi) of an operand's components on the last axis: a weight's own values
+    broadcast to ``shape`` (per element), else its interval for every component."""
+    value = weight_value(tensor)
+    if value is not None:
+        value = np.moveaxis(np.broadcast_to(value, shape), axis, -1)
+        return value, value
+    lo, hi = fp16_outward(iv.lo, iv.hi)
+    return np.full(3, lo), np.full(3, hi)
+
+
+def _cross_range(node, srcs, env):
+    """Each component ``fp16(fp16(a_i b_j) - fp16(a_j b_i))``: the products by their
+    corners (a step), then the difference of independent products."""
+    shape = node.shape
+    axis = node.attrs["axis"] % len(shape)
+    alo, ahi = _components(node.srcs[0], srcs[0], shape, axis)
+    blo, bhi = _components(node.srcs[1], srcs[1], shape, axis)
+    los, his, nans = [], [], []
+    prods = []
+    for i, j in ((1, 2), (2, 0), (0, 1)):
+        p = product_bounds(alo[..., i], ahi[..., i], blo[..., j], bhi[..., j])
+        m = product_bounds(alo[..., j], ahi[..., j], blo[..., i], bhi[..., i])
+        lo, hi, dnan = add_bounds(p[0], p[1], -m[1], -m[0])
+        prods += [p, m]
+        los.append(np.min(lo))
+        his.append(np.max(hi))
+        nans.append(bool(np.any(p[2]) or np.any(m[2]) or np.any(dnan)))
+    env.step(
+        "a*b",
+        Interval(
+            min(float(np.min(p[0])) for p in prods),
+            max(float(np.max(p[1])) for p in prods),
+            any(bool(np.any(p[2])) for p in prods) or srcs[0].nan or srcs[1].nan,
+        ),
+    )
+    return Interval(min(los), max(his), any(nans) or srcs[0].nan or srcs[1].nan)
+
+
 _CROSS_PRODUCT = bridge_op(
     "cross_product",
     2,
@@ -48,6 +111,7 @@ _CROSS_PRODUCT = bridge_op(
     _cross_shape,
     _cross_body,
     "3-vector cross product a x b along axis",
+    range=_cross_range,
 )
 
 
@@ -102,6 +166,17 @@ def _xcorr_flops(in_shapes, out_shape, attrs):
     return 2 * per_out * int(np.prod(out_shape, dtype=np.int64))
 
 
+def _xcorr_range(node, srcs, env):
+    """A contraction over (c, i, j): row sums of a known template, else K corners."""
+    x, t = node.srcs
+    tw = weight_value(t)
+    if tw is not None:
+        lo, hi, nan = weighted_sum_bounds(tw.reshape(-1, 1), srcs[0])
+    else:
+        lo, hi, nan = interval_sum_bounds(srcs[0], srcs[1], int(np.prod(t.shape)))
+    return contraction_interval(env, lo, hi, nan)
+
+
 _CROSS_CORRELATION = bridge_op(
     "cross_correlation",
     2,
@@ -110,6 +185,7 @@ _CROSS_CORRELATION = bridge_op(
     _xcorr_body,
     "valid-mode cross-correlation of [N,C,H,W] with a [C,th,tw] template tensor",
     flops=_xcorr_flops,
+    range=_xcorr_range,
 )
 
 
@@ -152,6 +228,28 @@ def _cost_volume_body(st, inputs, attrs):
     return out
 
 
+def _cost_volume_range(node, srcs, env):
+    """``fp16(narrow_sum_c(fp16(l * r)) / C)``, every step monotone in the products: the
+    ends are the narrow sums of C copies of the product's ends (under the analysis's
+    reduction route); disparities past the left edge are 0."""
+    c = node.srcs[0].shape[1]
+    a, b = (fp16_outward(s.lo, s.hi) for s in srcs)
+    plo, phi, pnan = product_bounds(a[0], a[1], b[0], b[1])
+    prod = env.step("l*r", Interval(float(plo), float(phi), bool(pnan) or any(s.nan for s in srcs)))
+    with np.errstate(all="ignore"):
+        lo = float(narrow_sum(np.full(c, prod.lo, np.float16), 0))
+        hi = float(narrow_sum(np.full(c, prod.hi, np.float16), 0))
+    # a NaN sum needs a +inf and a -inf partial; by monotonicity then hi = inf, lo = -inf
+    nan = prod.nan or (hi == INF and lo == -INF) or np.isnan(lo) or np.isnan(hi)
+    lo = -INF if np.isnan(lo) else lo
+    hi = INF if np.isnan(hi) else hi
+    total = env.step("sum(l*r)", Interval(lo, hi, nan))
+    out_lo, out_hi = float(round_fp16(total.lo / c)), float(round_fp16(total.hi / c))
+    if node.attrs["max_disp"] > 1:  # out[:, d, :, :d] = 0 for d >= 1
+        out_lo, out_hi = min(out_lo, 0.0), max(out_hi, 0.0)
+    return Interval(out_lo, out_hi, nan)
+
+
 _COST_VOLUME = bridge_op(
     "cost_volume",
     2,
@@ -159,6 +257,7 @@ _COST_VOLUME = bridge_op(
     _cost_volume_shape,
     _cost_volume_body,
     "stereo correlation volume: mean over channels of left * right shifted by d",
+    range=_cost_volume_range,
 )
 
 
@@ -218,6 +317,12 @@ def _fps_body(st, inputs, attrs):
     return as_indices(out)
 
 
+def _fps_range(node, srcs, env):
+    """Indices of the point axis: whole numbers in [0, N-1] (only 0 when k = 1)."""
+    n = node.srcs[0].shape[-2]
+    return Interval(0.0, float(n - 1) if node.attrs["k"] > 1 else 0.0, tiny=1.0)
+
+
 _FPS = bridge_op(
     "fps",
     1,
@@ -226,6 +331,7 @@ _FPS = bridge_op(
     _fps_body,
     "farthest point sampling: indices of k points, starting at point 0",
     flags=("index_output", "data_dependent"),
+    range=_fps_range,
 )
 
 
@@ -285,6 +391,12 @@ def _radius_body(st, inputs, attrs):
     return out
 
 
+def _radius_range(node, srcs, env):
+    """Indices of the points, whole numbers in [0, N-1], or -1 for an empty slot."""
+    n = node.srcs[0].shape[0]
+    return Interval(-1.0, float(n - 1), tiny=1.0)
+
+
 _RADIUS_SEARCH = bridge_op(
     "radius_search",
     2,
@@ -296,6 +408,7 @@ _RADIUS_SEARCH = bridge_op(
     _radius_body,
     "indices of the points within radius of each center, -1 padded",
     flags=("index_output", "data_dependent"),
+    range=_radius_range,
 )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import AttributeValueError, ShapeError
+from ...ranges import same
 from ...registry import int_attr, ints_attr
 from ...tensor import Tensor, make
 from ._common import bridge_op, need_rank
@@ -40,6 +41,7 @@ _FLATTEN = bridge_op(
     _flatten_body,
     "flatten to (prod(shape[:axis]), prod(shape[axis:])), or 1-D for axis 0",
     flags=("movement", "route"),
+    range=same,
 )
 
 
@@ -122,7 +124,9 @@ def _batch_to_space_body(st, inputs, attrs):
 
 
 _BLOCKS = tuple(
-    bridge_op(name, 1, _factor_attr(), _blocks_shape(name), body, doc, flags=("movement",))
+    bridge_op(
+        name, 1, _factor_attr(), _blocks_shape(name), body, doc, flags=("movement",), range=same
+    )
     for name, body, doc in (
         ("space_to_channel", _space_to_channel_body, "[N,C,H,W] -> [N,C*r*r,H/r,W/r]"),
         ("channel_to_space", _channel_to_space_body, "[N,C*r*r,H,W] -> [N,C,H*r,W*r]"),
@@ -230,6 +234,7 @@ _INPUT_VIEW = bridge_op(
     _input_view_body,
     "static window x[b0:b0+s0, b1:b1+s1, ...] over every axis",
     flags=("movement",),
+    range=same,  # the analysis applies the A13/A14 crop-DMA clamp to width offsets itself
 )
 
 
@@ -288,6 +293,7 @@ _DYNAMIC_SLICE = bridge_op(
     _dynamic_slice_body,
     "window of static sizes at run-time offsets, clamped into range (XLA DynamicSlice)",
     flags=("movement",),
+    range=same,  # offsets are clamped (inf and NaN included), so no padding enters
 )
 
 

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ....errors import ShapeError
+from ...fp16 import round_fp16
+from ...ranges import Interval, hull_of_values
 from ...registry import Attr, check_int_tuple, float_attr, int_attr
 from ...tensor import Tensor, make
-from ..common import norm_axes
+from ..common import Steps, norm_axes
 from ._common import bridge_op, need_rank
+
+#: Every non-negative fp16 value in ascending order, +inf last (the range rules below
+#: enumerate an internal fp16 step over them: at most 31745 values).
+_NONNEG = np.arange(0, 0x7C01, dtype=np.uint16).view(np.float16).astype(np.float64)
+#: ``fp16(x * x)`` of each of them, non-decreasing (the lrn kernel's first step).
+_NONNEG_SQ = round_fp16(_NONNEG * _NONNEG).astype(np.float64)
+
+
+def _fp16_between(lo: float, hi: float) -> np.ndarray:
+    """The non-negative fp16 values in ``[lo, hi]`` (``0 <= lo``), ascending."""
+    return _NONNEG[np.searchsorted(_NONNEG, lo, "left") : np.searchsorted(_NONNEG, hi, "right")]
 
 
 def _axes_attr():
@@ -29,14 +44,58 @@ def _minmax_shape(in_shapes, attrs):
     return x
 
 
+def _minmax_divide(st, d, dr, attrs):
+    return st.step(d / st.step(dr + st.const(attrs["eps"])))
+
+
 def _minmax_body(st, inputs, attrs):
     x = inputs[0]
     axes = _minmax_axes(x.shape, attrs["axes"])
     mn = np.min(x, axis=axes, keepdims=True)
     mx = np.max(x, axis=axes, keepdims=True)
-    d = st.step(x - mn)
-    r = st.step(st.step(mx - mn) + st.const(attrs["eps"]))
-    return st.step(d / r)
+    return _minmax_divide(st, st.step(x - mn), st.step(mx - mn), attrs)
+
+
+def minmax_range(node, srcs, env) -> Interval:
+    """Range rule of ``minmax_norm``, by the kernel's own steps.
+
+    With ``dr = fp16(max - min)`` (recorded as the step ``max-min``: it overflows once
+    the input's width passes 65504), ``d = fp16(x - min)`` lies in ``[0, dr]`` (rounding
+    is monotone and ``min <= x <= max``) and reaches both ends, and for a fixed ``dr``
+    the output ``fp16(d / fp16(dr + fp16(eps)))`` is monotone in ``d``. So the output's
+    extremes are those of ``d = 0`` and ``d = dr`` over every fp16 value ``dr`` can
+    take, which the rule enumerates (at most 31745 values). For ``eps >= 0`` that is
+    inside ``[0, 1]``; NaN comes from ``0 / 0`` (``eps`` rounding to 0), from
+    ``inf / inf`` (an overflowed width) and from infinite inputs (``inf - inf``).
+
+    Example:
+        >>> import aneforge as af
+        >>> from aneforge.graph.ops.bridge import minmax_norm
+        >>> x = af.input((2, 8), name="x", range=(-40000, 40000))
+        >>> rep = af.range_analysis(minmax_norm(x, name="mm"))
+        >>> str(rep["mm"].interval), rep.hazards[0].step
+        ('[0, 1] or nan', 'max-min')
+    """
+    (s,) = srcs
+    shape = node.srcs[0].shape
+    group = int(np.prod([shape[a] for a in _minmax_axes(shape, node.attrs["axes"])]))
+    infinite = max(abs(s.lo), abs(s.hi)) == np.inf
+    nan = s.nan or infinite  # inf - inf where x, min or max is infinite
+    if group <= 1 or s.lo == s.hi:
+        width = 0.0  # every group constant: max - min is 0 (or NaN, for infinite x)
+    else:
+        width = math.inf if infinite else float(round_fp16(s.hi - s.lo))
+    env.step("max-min", Interval(0.0, width, nan))
+    dr = _fp16_between(0.0, width)
+    st = Steps(True)
+    with np.errstate(all="ignore"):
+        y = np.concatenate(
+            [
+                _minmax_divide(st, np.zeros_like(dr), dr, node.attrs),
+                _minmax_divide(st, dr, dr, node.attrs),
+            ]
+        )
+    return hull_of_values(y, nan)
 
 
 _MINMAX_NORM = bridge_op(
@@ -47,6 +106,7 @@ _MINMAX_NORM = bridge_op(
     _minmax_body,
     "(x - amin) / (amax - amin + eps) over axes",
     flags=("route",),
+    range=minmax_range,
 )
 
 
@@ -76,22 +136,86 @@ def _lrn_shape(in_shapes, attrs):
     return x
 
 
-def _lrn_body(st, inputs, attrs):
-    x = inputs[0]
-    size, c = attrs["size"], x.shape[1]
+def _lrn_window_sum(st, sq, size):
+    """The narrow sum of ``sq`` over each channel's window, in ascending channel order."""
+    c = sq.shape[1]
     lo = (size - 1) // 2
     hi = size - 1 - lo
-    sq = st.step(x * x)
-    pad = [(0, 0)] * x.ndim
+    pad = [(0, 0)] * sq.ndim
     pad[1] = (lo, hi)
     padded = np.pad(sq, pad)  # zero terms: adding +0 to a sum of squares changes nothing
     acc = np.zeros_like(sq)
     for j in range(size):
         acc = st.step(acc + padded[:, j : j + c])
-    t = st.step(st.const(attrs["alpha"] / size) * acc)
+    return acc
+
+
+def _lrn_power(st, acc, attrs):
+    """``p = fp16(t ** beta)`` with ``t = fp16(fp16(alpha/size * acc) + bias)``."""
+    t = st.step(st.const(attrs["alpha"] / attrs["size"]) * acc)
     t = st.step(t + st.const(attrs["bias"]))
-    p = st.step(t ** st.const(attrs["beta"]))
+    return st.step(t ** st.const(attrs["beta"]))
+
+
+def _lrn_body(st, inputs, attrs):
+    x = inputs[0]
+    sq = st.step(x * x)
+    p = _lrn_power(st, _lrn_window_sum(st, sq, attrs["size"]), attrs)
     return st.step(x / p)
+
+
+def lrn_range(node, srcs, env) -> Interval:
+    """Range rule of ``lrn``, by the kernel's own steps, whatever the attributes.
+
+    The steps ``x*x`` and the window sum ``sum(x*x)`` are bounded by probes (the sum
+    of non-negative terms is monotone in each), and ``t**beta`` (``p``, with
+    ``t = bias + alpha/size * sum``) over the sum's finite values: all three are
+    recorded. The window of channel ``c`` holds ``x[c]`` itself, so its sum
+    ``acc >= fp16(x*x)``: for each fp16 value ``acc`` can take, ``x`` lies in
+    ``[-s, s]`` with ``s`` the largest fp16 whose square rounds to at most ``acc``,
+    and ``fp16(x / p(acc))`` is monotone in ``x`` (``p`` fixed). The rule enumerates
+    ``acc`` (at most 31745 values) with the kernel's own steps and takes the output at
+    both ends of ``x``'s range: for ``alpha >= 0``, ``bias > 0`` and ``beta > 0`` that
+    is within ``|x| / bias**beta`` (with the constants rounded to fp16) and close to
+    the true peak of ``x / (bias + alpha/size * x*x)**beta``. Once ``x*x`` overflows
+    the sum is inf and ``y`` is 0 (NaN for an infinite ``x``).
+
+    Example:
+        >>> import aneforge as af
+        >>> from aneforge.graph.ops.bridge import lrn
+        >>> x = af.input((1, 4, 2, 2), name="x", range=(-300, 300))
+        >>> rep = af.range_analysis(lrn(x, size=3, name="n"))
+        >>> [h.step for h in rep.hazards]
+        ['x*x']
+    """
+    (s,) = srcs
+    attrs = dict(node.attrs)
+    st = Steps(True)
+    small = 0.0 if s.lo <= 0.0 <= s.hi else min(abs(s.lo), abs(s.hi))
+    sq_lo, sq_hi = (float(v) for v in round_fp16(np.array([small, s.max_abs]) ** 2))
+    env.step("x*x", Interval(sq_lo, sq_hi, s.nan))
+    with np.errstate(all="ignore"):
+        probe = np.array([[sq_lo], [sq_hi]]) * np.ones((2, node.srcs[0].shape[1]))
+        acc = _lrn_window_sum(st, probe, attrs["size"])
+    acc_lo, acc_hi = float(acc[0].min()), float(acc[1].max())
+    env.step("sum(x*x)", Interval(acc_lo, acc_hi, s.nan))
+    accs = _fp16_between(acc_lo, acc_hi)
+    with np.errstate(all="ignore"):
+        p = _lrn_power(st, accs, attrs)
+    finite = accs < math.inf  # an infinite sum is reported at its own step already
+    if finite.any():
+        env.step("t**beta", hull_of_values(p[finite], s.nan))
+    # x may be any in-range value whose square rounds to at most acc
+    reach = _NONNEG[np.searchsorted(_NONNEG_SQ, accs, "right") - 1]
+    x_lo, x_hi = np.maximum(s.lo, -reach), np.minimum(s.hi, reach)
+    ok = x_lo <= x_hi
+    x_lo, x_hi, p = x_lo[ok], x_hi[ok], p[ok]
+    if not p.size:  # no pair fits (not for a real input): stay sound regardless
+        return Interval.unknown()
+    with np.errstate(all="ignore"):
+        y = np.concatenate([st.step(x_lo / p), st.step(x_hi / p)])
+    zero_over_zero = bool(((p == 0) & (x_lo <= 0) & (x_hi >= 0)).any())
+    return hull_of_values(y, s.nan or zero_over_zero)
 
 
 _LRN = bridge_op(
@@ -107,6 +231,7 @@ _LRN = bridge_op(
     _lrn_body,
     "local response normalization across channels (ONNX LRN)",
     flags=("route",),
+    range=lrn_range,
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import ShapeError
+from ...ranges import Interval, same
 from ...registry import bool_attr, choice_attr, int_attr
 from ...tensor import Tensor, make
 from ..common import norm_axis
@@ -48,6 +49,39 @@ def as_indices(idx):
     return np.asarray(idx, dtype=np.float64)
 
 
+def index_interval(length: int, count: int = 1, constant: bool = False) -> Interval:
+    """The interval of indices into an axis of ``length`` elements: ``[0, length - 1]``,
+    whole numbers (so every non-zero index is at least 1), never NaN whatever the input.
+
+    ``constant``: every input value along the axis is the same number (a point interval
+    without NaN), so ties keep index order and the ``count`` indices selected are
+    ``0 .. count - 1``.
+
+    Example:
+        >>> str(index_interval(6)), str(index_interval(6, 2, constant=True))
+        ('[0, 5]', '[0, 1]')
+    """
+    top = (min(count, length) if constant else length) - 1
+    return Interval(0.0, float(max(top, 0)), tiny=1.0)
+
+
+def _is_constant(iv: Interval) -> bool:
+    return iv.lo == iv.hi and not iv.nan
+
+
+def _argmax_range(node, srcs, env) -> Interval:
+    # NaN counts as the maximum but its index is still an index; ties pick the first.
+    axis = node.attrs["axis"] % len(node.srcs[0].shape)
+    return index_interval(node.srcs[0].shape[axis], 1, _is_constant(srcs[0]))
+
+
+def _topk_range(node, srcs, env) -> Interval:
+    if node.attrs["output"] == "values":
+        return same(node, srcs, env)  # selected values of the input, moved
+    axis = node.attrs["axis"] % len(node.srcs[0].shape)
+    return index_interval(node.srcs[0].shape[axis], node.attrs["k"], _is_constant(srcs[0]))
+
+
 def _argmax_shape(in_shapes, attrs):
     x = in_shapes[0]
     if len(x) < 1:
@@ -76,6 +110,7 @@ _ARGMAX = bridge_op(
     _argmax_body,
     "index of the first maximum along axis (fp16 integer)",
     flags=("index_output",),
+    range=_argmax_range,
 )
 
 
@@ -137,6 +172,7 @@ _TOPK = bridge_op(
     _topk_shape,
     _topk_body,
     "k largest (or smallest) values or their indices along axis, sorted",
+    range=_topk_range,
 )
 
 
@@ -192,6 +228,7 @@ _SORT = bridge_op(
     _axis_same_shape("sort"),
     _sort_body,
     "stable sort of the values along axis",
+    range=same,
 )
 
 
