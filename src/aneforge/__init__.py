@@ -14,7 +14,14 @@ Example:
 
 from . import graph as _graph
 from . import models  # noqa: E402  (af.models.minilm, the light ONNX models)
-from .analysis import DivergenceReport, NodeDivergence, fp16_divergence
+from .analysis import (
+    DivergenceReport,
+    NodeDivergence,
+    RangeHazard,
+    RangeReport,
+    fp16_divergence,
+    range_analysis,
+)
 from .analysis.precision import (
     NodeRisk,
     PrecisionError,
@@ -103,6 +110,9 @@ __all__ = [
     "PreflightWarning",
     "Violation",
     "fp16_divergence",
+    "range_analysis",
+    "RangeReport",
+    "RangeHazard",
     "preflight",
     "Device",
     "DeviceUnavailable",

@@ -8,10 +8,10 @@ different codegen route. The emulator reproduces those routes (docs/numerics.md,
 - ``saturation``: a width-offset ``slice``/``input_view`` on an A13/A14-tier target
   (families 2, 3) among ``targets`` rides the x16 crop-DMA, which turns sliced values
   with ``|v| > 4094`` into +-inf. Magnitude-gated: flagged only when the sliced tensor's
-  bound can exceed 4094. Bounds are simple max-|value| intervals propagated from the
-  declared ``input_bounds`` and the weights' actual values; an undeclared input, and any
-  op without a bound rule, is unbounded (may exceed). It is a hazard of the saturating
-  chip itself, so a single such target is enough.
+  bound can exceed 4094. Bounds are :func:`aneforge.range_analysis`'s, from the
+  inputs' declared ranges (``af.input(..., range=...)``) or ``input_bounds``, and
+  the weights' actual values; an input with neither is unbounded (may exceed). It is
+  a hazard of the saturating chip itself, so a single such target is enough.
 - ``reorder``: a narrow fp16 reduction (sum, mean, softmax, layer/rms/group/l2 norm,
   avg_pool window, sdpa's softmax, cost_volume's channel mean) over more than the
   smaller route threshold of the targets (192 on families 2/3, 384 on 4/5) when the
@@ -66,6 +66,7 @@ from ..emulator.chips import (
     width_begin,
 )
 from ..errors import OptionError
+from .ranges import range_analysis
 
 #: Every class, least severe first.
 CLASSES = ("none", "round1", "ulp1", "reorder", "saturation")
@@ -139,15 +140,17 @@ def fp16_divergence(out, targets, input_bounds=None) -> DivergenceReport:
         out: a Tensor, a list of Tensors or a compiled Program.
         targets: architecture or chip names (or Targets), e.g. ``["M1", "M4", "M5"]``; a
             single name is accepted. Family-1 targets have no MIL path and are refused.
-        input_bounds: ``{input name or index: max |value|}`` for the inputs whose range
-            is known; the rest are unbounded.
+        input_bounds: ``{input name or index: max |value| or (lo, hi)}`` for the inputs
+            whose range is known, on top of the ranges they declare; the rest are
+            unbounded.
 
     Returns:
         A :class:`DivergenceReport` (module docstring: the classes and the contract).
     """
     program = _program(out)
     archs, chips = _targets(targets)
-    bounds = _bounds(program, _input_bounds(program, input_bounds))
+    ranges = range_analysis(program, input_ranges=input_bounds)
+    bounds = {id(n): _bound(ranges, n) for n in program.nodes}
     routes = sorted({c.route for c in chips})
     saturating = tuple(a for a, c in zip(archs, chips) if c.crop_dma_limit is not None)
     entries = []
@@ -205,37 +208,10 @@ def _targets(targets):
     return [t.arch for t in resolved], chips
 
 
-def _input_bounds(program, given) -> dict[int, float]:
-    """Map ``given`` ({name or index: bound}) to {id(input node): bound}."""
-    out: dict[int, float] = {}
-    if not given:
-        return out
-    names = {t.name: t for t in program.inputs if t.name}
-    for key, value in dict(given).items():
-        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-            if not 0 <= int(key) < len(program.inputs):
-                raise OptionError(
-                    f"input_bounds: index {key} is out of range; the program has "
-                    f"{len(program.inputs)} input(s)"
-                )
-            node = program.inputs[int(key)]
-        elif key in names:
-            node = names[key]
-        else:
-            known = ", ".join(repr(n) for n in names) or "none named"
-            raise OptionError(
-                f"input_bounds: no input {key!r}; give an input name ({known}) or index"
-            )
-        try:
-            bound = float(value)
-        except (TypeError, ValueError):
-            bound = -1.0
-        if not bound >= 0:
-            raise OptionError(
-                f"input_bounds[{key!r}]: a bound is a max |value| >= 0, got {value!r}"
-            )
-        out[id(node)] = bound
-    return out
+def _bound(ranges, node) -> float:
+    """The largest magnitude ``node`` can reach by the range analysis (an input without
+    a declared bound reaches inf; a NaN saturates nothing, so it is not counted)."""
+    return ranges.interval(node).max_abs
 
 
 # ---- which nodes reduce narrowly, over how many terms ----------------------------------
@@ -283,180 +259,3 @@ def narrow_terms(node) -> int | None:
     if op == "cost_volume":
         return int(x[1])
     return None
-
-
-# ---- max-|value| bounds --------------------------------------------------------------
-
-_UNIT = {"sigmoid", "tanh", "sin", "cos", "erf", "sign", "softmax", "l2_norm", "minmax_norm"}
-_UNIT |= {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
-_SAME = {"neg", "abs", "relu", "gelu", "silu", "mean", "amax", "amin", "max_pool"}
-_SAME |= {"avg_pool", "upsample"}
-_UNBOUNDED = {"log", "rsqrt", "inverse", "div", "pow", "batch_norm"}
-
-
-def _bounds(program, inputs: dict[int, float]) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for node in program.nodes:
-        if node.op == "input":
-            out[id(node)] = inputs.get(id(node), INF)
-        elif node.op == "weight":
-            out[id(node)] = _abs_max(node.value)
-        else:
-            b = _bound(node, [out[id(s)] for s in node.srcs])
-            out[id(node)] = INF if math.isnan(b) else b
-    return out
-
-
-def _abs_max(value) -> float:
-    arr = np.abs(np.asarray(value, dtype=np.float64))
-    if arr.size == 0:
-        return 0.0
-    if np.isnan(arr).any():
-        return INF
-    return float(arr.max())
-
-
-def _bound(node, b: list[float]) -> float:
-    """A bound on ``max |node|`` from its sources' bounds ``b`` (INF: unknown)."""
-    op = node.op
-    if op in _UNIT:
-        return 1.0
-    if op in _SAME:
-        return b[0]
-    if op in _UNBOUNDED:
-        return INF
-    rule = _RULES.get(op)
-    if rule is not None:
-        return rule(node, b)
-    from ..graph.registry import get_op
-
-    if "movement" in get_op(op).flags:
-        return b[0] if op in ("dynamic_slice", "input_view") else max(b)
-    return INF
-
-
-def _exp(node, b):
-    return INF if b[0] > 11.1 else math.exp(b[0])  # e^11.1 > 65504: may overflow
-
-
-def _clip(node, b):
-    lo, hi = node.attrs.get("lo"), node.attrs.get("hi")
-    ends = [abs(v) for v in (lo, hi) if v is not None]
-    if lo is not None and hi is not None:
-        return max(ends)
-    return max([b[0]] + ends)
-
-
-def _reduce_sum(node, b):
-    return narrow_terms(node) * b[0]
-
-
-def _cumsum(node, b):
-    return node.srcs[0].shape[-1] * b[0]
-
-
-def _affine(node, b, y):
-    i = 1
-    if node.attrs.get("has_weight"):
-        y, i = y * b[i], i + 1
-    if node.attrs.get("has_bias"):
-        y = y + b[i]
-    return y
-
-
-def _standardized(node, b):
-    # sum(y_i^2) <= n for a standardized vector, so |y_i| <= sqrt(n) (plus rounding).
-    return _affine(node, b, math.sqrt(narrow_terms(node)) * 1.01)
-
-
-def _weight_sum(node, axis) -> float | None:
-    """max over outputs of sum |w| along the contraction, when src 1 is a weight."""
-    w = node.srcs[1]
-    if w.op != "weight":
-        return None
-    a = np.abs(np.asarray(w.value, dtype=np.float64))
-    if np.isnan(a).any():
-        return INF
-    if a.ndim == 1:
-        return float(a.sum())
-    return float(np.max(np.sum(a, axis=axis)))
-
-
-def _contraction(k_of, axis):
-    def rule(node, b):
-        col = _weight_sum(node, axis)
-        y = b[0] * col if col is not None else k_of(node) * b[0] * b[1]
-        if len(b) > 2:
-            y += b[2]
-        return y
-
-    return rule
-
-
-def _mm_k(node):
-    return node.srcs[0].shape[-1]
-
-
-def _conv_k(node):
-    return _prod(node.srcs[1].shape[1:])
-
-
-def _convt_k(node):
-    w = node.srcs[1].shape
-    return w[0] * _prod(w[2:])
-
-
-def _conv(node, b):
-    w = node.srcs[1]
-    if w.op == "weight":
-        a = np.abs(np.asarray(w.value, dtype=np.float64))
-        y = INF if np.isnan(a).any() else b[0] * float(a.reshape(a.shape[0], -1).sum(1).max())
-    else:
-        y = _conv_k(node) * b[0] * b[1]
-    return y + (b[2] if len(b) > 2 else 0.0)
-
-
-def _conv_transpose(node, b):
-    w = node.srcs[1]
-    if w.op == "weight":
-        a = np.abs(np.asarray(w.value, dtype=np.float64))
-        axes = (0,) + tuple(range(2, a.ndim))
-        y = INF if np.isnan(a).any() else b[0] * float(a.sum(axis=axes).max())
-    else:
-        y = _convt_k(node) * b[0] * b[1]
-    return y + (b[2] if len(b) > 2 else 0.0)
-
-
-_RULES = {
-    "exp": _exp,
-    "sqrt": lambda node, b: math.sqrt(b[0]),
-    "square": lambda node, b: b[0] * b[0],
-    "softplus": lambda node, b: b[0] + math.log(2.0),
-    "relu6": lambda node, b: min(b[0], 6.0),
-    "elu": lambda node, b: max(b[0], abs(node.attrs["alpha"])),
-    "leaky_relu": lambda node, b: b[0] * max(1.0, abs(node.attrs["alpha"])),
-    "clip": _clip,
-    "floor": lambda node, b: b[0] + 1.0,
-    "ceil": lambda node, b: b[0] + 1.0,
-    "round": lambda node, b: b[0] + 1.0,
-    "add": lambda node, b: b[0] + b[1],
-    "sub": lambda node, b: b[0] + b[1],
-    "mul": lambda node, b: b[0] * b[1],
-    "maximum": lambda node, b: max(b),
-    "minimum": lambda node, b: max(b),
-    "select": lambda node, b: max(b[1], b[2]),
-    "sum": _reduce_sum,
-    "cumsum": _cumsum,
-    "layer_norm": _standardized,
-    "rms_norm": _standardized,
-    "group_norm": _standardized,
-    "matmul": _contraction(_mm_k, -2),
-    "bmm": _contraction(_mm_k, -2),
-    "linear": _contraction(_mm_k, -1),
-    "conv": _conv,
-    "conv_transpose": _conv_transpose,
-    "sdpa": lambda node, b: b[2],
-    "sort": lambda node, b: b[0],
-    "topk": lambda node, b: max(b[0], node.srcs[0].shape[node.attrs["axis"]]),
-    "argmax": lambda node, b: float(max(node.srcs[0].shape)),
-}

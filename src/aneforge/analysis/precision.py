@@ -18,6 +18,11 @@ the largest proxy among the reliable, default signals (the ``hotspots``). Modes:
 - ``cancel_sub``: a subtract whose operands are likely large and nearly equal (both
   computed from a shared input, or a constant minus a saturating unit-range function
   such as ``1 - erf(x)``). Data-dependent, so informational only.
+- ``range``: a hazard of :func:`aneforge.range_analysis` from the inputs' declared
+  ranges (``af.input(..., range=...)`` or ``input_ranges=``): a node or an internal step
+  that *will* overflow (or saturate, or flush to zero) has proxy 1.0, one that *may*
+  has 0.5; a value left in the subnormal range is informational. Graphs whose inputs
+  declare no range get no range flags (nothing is assumed about unknown inputs).
 - ``compile_cliff``: ``group_norm``'s tiled lowering reduces over
   ``[1, G, C/groups, H*W]``; past ``max(C/groups, H*W) > 65536`` it falls off the cliff
   (proxy 1). The emulator does not model the cliff, so this mode is not calibrated.
@@ -88,6 +93,7 @@ from ..errors import AneforgeError, OptionError, PrecisionWarning
 from ..graph.registry import get_op
 from ..tables import TableMixin
 from .divergence import narrow_terms
+from .ranges import range_analysis
 
 #: A clean fused fp16 op's relative error (spec 000: the corpus median); the warning
 #: fires when the signal exceeds it.
@@ -104,7 +110,7 @@ _GROUP_NORM_AXIS_LIMIT = 65536
 _UNIT_ROUNDOFF = 2.0**-11
 
 #: Every mode, in the order reports list them.
-MODES = ("narrow_sum", "compile_cliff", "cancel_sub")
+MODES = ("narrow_sum", "range", "compile_cliff", "cancel_sub")
 
 # The narrow sums inside these ops add same-sign terms: exp (softmax, sdpa) and squares
 # (the norms). layer/group_norm also sum x for the mean, but that sum's rounding reaches
@@ -252,7 +258,7 @@ class PrecisionReport(TableMixin):
         return "\n".join([head] + [f"  {e}" for e in self.nodes])
 
 
-def precision_risk(out, verbose: bool = False, target=None) -> PrecisionReport:
+def precision_risk(out, verbose: bool = False, target=None, input_ranges=None) -> PrecisionReport:
     """Flag the nodes of ``out`` likely to lose accuracy in fp16, without data.
 
     Args:
@@ -260,6 +266,8 @@ def precision_risk(out, verbose: bool = False, target=None) -> PrecisionReport:
         verbose: also list the informational flags (cancel_sub, short same-sign sums).
         target: the engine target whose reduction route to assume (an architecture or
             chip name); default the Program's own target, else the generic model.
+        input_ranges: ``{input name or index: (lo, hi) or max_abs}`` for the range
+            hazards, on top of the ranges the inputs declare (:func:`range_analysis`).
 
     Returns:
         A :class:`PrecisionReport` (module docstring: the modes and the calibration).
@@ -278,6 +286,8 @@ def precision_risk(out, verbose: bool = False, target=None) -> PrecisionReport:
                 entries.append(
                     NodeRisk(i, node.op, node.shape, mode, proxy, terms, info, detail, fix)
                 )
+    entries += _range_risks(program, arch, input_ranges)
+    entries.sort(key=lambda e: e.index)
     hot = sorted((e for e in entries if not e.informational), key=lambda e: -e.proxy)
     listed = tuple(e for e in entries if verbose or not e.informational)
     signal = max((e.proxy for e in hot), default=0.0)
@@ -310,6 +320,38 @@ def check_precision(program, strict: bool = False, stacklevel: int = 3) -> Preci
         raise PrecisionError(message, report)
     warnings.warn(message, PrecisionWarning, stacklevel=stacklevel)
     return report
+
+
+# ---- range hazards --------------------------------------------------------------------
+
+#: The proxy of a range hazard by certainty: a value that certainly becomes inf (or 0)
+#: has lost everything; one that may has a fair chance to.
+_RANGE_PROXY = {"will": 1.0, "may": 0.5, "subnormal": 0.0}
+
+
+def _range_risks(program, arch, input_ranges) -> list[NodeRisk]:
+    """The range hazards as risk entries; none unless some input declares a range (a
+    graph of constants alone is not analysed either: its intervals lose the relations
+    between its values, so they would flag what cannot happen)."""
+    declared = any("range" in t.attrs for t in program.inputs)
+    if not (declared or input_ranges):
+        return []
+    report = range_analysis(program, input_ranges=input_ranges, target=arch)
+    shapes = {i: n.shape for i, n in enumerate(program.nodes)}
+    return [
+        NodeRisk(
+            h.index,
+            h.op,
+            shapes[h.index],
+            "range",
+            _RANGE_PROXY[h.certainty],
+            None,
+            h.certainty == "subnormal",
+            h.headline,
+            h.fix,
+        )  # fmt: skip
+        for h in report.hazards
+    ]
 
 
 # ---- inputs --------------------------------------------------------------------------
