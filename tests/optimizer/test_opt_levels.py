@@ -24,7 +24,7 @@ C = constants()
 
 
 def _conv_lrn_relu(rng, shape=(1, 3, 32, 32), cout=16):
-    x = af.input(shape, name="x")
+    x = af.input(shape, name="x", range=(-1, 1))
     w = rng.standard_normal((cout, shape[1], 3, 3)) * 0.3
     return x, lrn(af.conv(x, w, pad=1)).relu()
 
@@ -198,7 +198,7 @@ def test_opt_1_prefers_the_lossless_variant_on_a_near_tie(rng):
 
 
 def test_opt_1_picks_int8_on_a_bandwidth_bound_graph_and_warns(rng):
-    x = af.input((1, 2048), name="x")
+    x = af.input((1, 2048), name="x", range=(-1, 1))
     y = x @ (rng.standard_normal((2048, 2048)) * 0.02)
     name, variants = _expected_pick([y])
     assert name == "int8"
@@ -211,13 +211,21 @@ def test_opt_1_picks_int8_on_a_bandwidth_bound_graph_and_warns(rng):
 
 
 def test_the_lossy_warning_points_at_the_caller(rng):
-    x = af.input((1, 2048), name="x")
+    x = af.input((1, 2048), name="x", range=(-1, 1))
     y = x @ (rng.standard_normal((2048, 2048)) * 0.02)
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         af.compile(y, opt=1)
     lossy = [w for w in rec if "lossy" in str(w.message)]
     assert len(lossy) == 1 and lossy[0].filename == __file__
+
+
+def test_opt_1_keeps_lossless_when_the_activations_are_not_proven_bounded(rng):
+    w = rng.standard_normal((2048, 2048)) * 0.02
+    free = af.input((1, 2048), name="x") @ w  # no declared range: nothing is proven
+    assert _compile_quietly(free, 1).passes["variant"]["lossless"]
+    big = af.input((1, 2048), name="x", range=(-1000, 1000)) @ w  # may pass 4094
+    assert _compile_quietly(big, 1).passes["variant"]["lossless"]
 
 
 def test_opt_1_handles_a_graph_with_canonical_patterns():

@@ -51,14 +51,14 @@ class BridgeFastDevice(CountingDevice):
 
 
 def _conv_lrn_relu(rng):
-    x = af.input((1, 3, 16, 16), name="x")
+    x = af.input((1, 3, 16, 16), name="x", range=(-1, 1))
     w = rng.standard_normal((8, 3, 3, 3)) * 0.3
     return lrn(af.conv(x, w, pad=1)).relu()
 
 
 def _gemv(rng):
     """Weight-heavy and bandwidth-bound: int8 halves the bytes streamed."""
-    x = af.input((1, 2048), name="x")
+    x = af.input((1, 2048), name="x", range=(-1, 1))
     return x @ (rng.standard_normal((2048, 2048)) * 0.02)
 
 

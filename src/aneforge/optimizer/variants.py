@@ -15,18 +15,27 @@ rewrites); the int8 variants are lossy and only enter where accuracy gates admit
   them, falling back to int8 / fp16 (``auto`` adds sparse). Lossless when the pass chose
   nothing lossy (fp16 and sparse only); their report is ``Variant.report``.
 
+The weight-quantized variants (``int8``, ``routes+int8``, ``int4``, ``auto``) are built
+only when :func:`int8_admissible` proves, from the inputs' declared ranges, that every
+activation stays within the int8 programs' activation ceiling (4094: ANEForge measured
+int8 programs saturating activations past it). An input without a declared range
+proves nothing, so such a graph gets lossless variants only.
+
 Example:
     >>> import numpy as np, aneforge as af
     >>> from aneforge.optimizer.variants import build_variants
-    >>> x = af.input((2, 8))
+    >>> x = af.input((2, 8), name="x", range=(-1, 1))
     >>> sorted(build_variants([x @ np.ones((8, 4))], lossy=True))
     ['int8', 'native']
+    >>> sorted(build_variants([af.input((2, 8)) @ np.ones((8, 4))], lossy=True))
+    ['native']
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..analysis.ranges import INT8_ACTIVATION_LIMIT, range_analysis
 from ..graph.hashing import structural_hash
 from ..graph.tensor import Tensor
 
@@ -75,11 +84,29 @@ def build_variant(outputs, name: str) -> Variant:
     return Variant(name, tuple(outs), suffix != "int8")
 
 
+def int8_admissible(outputs) -> bool:
+    """Whether the range analysis proves every activation of the graph of ``outputs``
+    (each node's output and internal steps) stays within the int8 activation ceiling
+    of 4094, from the inputs' declared ranges: the condition for a weight-quantized
+    variant to be a candidate.
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> x = af.input((2, 8), name="x", range=(-1, 1))
+        >>> int8_admissible([x @ np.ones((8, 4))]), int8_admissible([x * 5000.0])
+        (True, False)
+    """
+    return range_analysis(list(outputs)).activations_within(INT8_ACTIVATION_LIMIT)
+
+
 def build_variants(outputs, lossy: bool, compress: bool = False) -> dict[str, Variant]:
     """All distinct variants (duplicates by structural hash dropped, first name kept).
 
     ``compress`` adds the compression variants (:data:`COMPRESSED`) after the lossy ones.
+    Both need :func:`int8_admissible` (module docstring).
     """
+    if (lossy or compress) and not int8_admissible(outputs):
+        lossy = compress = False
     names = LOSSLESS + (LOSSY if lossy else ()) + (COMPRESSED if compress else ())
     seen: dict[str, str] = {}
     out: dict[str, Variant] = {}
