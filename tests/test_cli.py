@@ -511,3 +511,37 @@ def test_check_finds_the_norm_that_collapsed_by_name(capsys, norm_times_100):
 def test_a_healthy_run_is_not_traced(capsys):
     rep = check_json(capsys, "cnn")
     assert rep["reports"][0]["where"] is None
+
+
+# ---- --input-range ------------------------------------------------------------------------
+
+
+def test_input_range_feeds_inside_it_and_reports_the_analysis(capsys):
+    doc = check_json(capsys, "cnn", "--input-range=-3:3")
+    ranges = doc["reports"][0]["ranges"]
+    assert list(ranges["inputs"].values()) == [[-3.0, 3.0]]
+    assert {"hazards", "flagged_share", "input_scale"} <= set(ranges)
+    # inputs that large do overflow: the run fails (exit 1) and the analysis says where
+    wide = check_json(capsys, "cnn", "--input-range=-30000:30000", "--target", "M1", code=1)
+    found = wide["reports"][0]["ranges"]["hazards"]
+    assert found and {"kind", "certainty", "name", "op", "step", "fix"} <= set(found[0])
+    assert wide["reports"][0]["targets"][0]["ranges"]["hazards"]
+
+
+def test_input_range_prints_the_hazards_per_run(capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False, raising=False)
+    assert main(["check", "cnn", "--input-range=-30000:30000", "--target", "M1"]) == 1
+    out = capsys.readouterr().out
+    assert "range analysis (generic" in out and "range analysis (M1" in out
+    assert "may overflow" in out and "fix:" in out
+
+
+@pytest.mark.parametrize("bad", ["x=3", "=1:2", "a:b", "x=2:1", "nosuch=0:1", "0:1e6"])
+def test_a_bad_input_range_is_a_user_error(capsys, bad):
+    assert main(["check", "cnn", f"--input-range={bad}"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("aneforge: error: ")
+        and "--input-range" in err
+        and len(err.splitlines()) == 1
+    )

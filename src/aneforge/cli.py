@@ -30,6 +30,7 @@ import warnings
 
 from . import __version__
 from .errors import AneforgeError, DispatchFloorWarning, OptionError
+from .graph.ranges import check_range
 from .plot import check_plot_path, plot_reports
 from .report import (
     DEFAULT_CHIP,
@@ -92,6 +93,16 @@ def _parser() -> argparse.ArgumentParser:
         metavar="E",
         help="fail (exit 1) when an output's relative L2 error exceeds E, in the generic "
         "run or any target's run",
+    )
+    check.add_argument(
+        "--input-range",
+        metavar="[NAME=]LO:HI",
+        action="append",
+        default=[],
+        help="the values an input will be fed, e.g. x=-3:3 (repeatable); LO:HI alone "
+        "(written --input-range=-3:3 when LO is negative) "
+        "sets every input. Inputs are then drawn inside it, and the static range "
+        "analysis prints where the model can overflow or underflow fp16, per target",
     )
     export = sub.add_parser(
         "export",
@@ -193,10 +204,48 @@ def _print_tables(reports: list[CheckReport], layers: int | None = None) -> None
         for run, where in wheres:
             if where and where["line"]:
                 _line(console, f"{run}: {where['line']} (prog.trace shows every node)")
+        _print_hazards(console, rep)
         if rep["targets"]:
             _print_targets(console, rep)
         if layers:
             _print_layers(console, rep, layers)
+
+
+#: How many range hazards per run the text report lists (--json carries all).
+HAZARDS_SHOWN = 8
+
+
+def _print_hazards(console, rep: CheckReport) -> None:
+    """The static range analysis per run: the declared ranges and the hazards."""
+    runs = [("generic", rep["ranges"])]
+    runs += [(short_label(t), t["ranges"]) for t in rep["targets"] if t.get("ranges")]
+    declared = rep["ranges"]["inputs"]
+    if all(r is None for r in declared.values()):
+        return
+    shown = ", ".join(f"{n} in [{r[0]:g}, {r[1]:g}]" if r else f"{n} unknown"
+                      for n, r in declared.items())  # fmt: skip
+    for run, found in runs:
+        hazards = found["hazards"]
+        if not hazards:
+            _line(console, f"range analysis ({run}, {shown}): no overflow or underflow")
+            continue
+        share = found["flagged_share"]
+        _line(console, f"range analysis ({run}, {shown}): {len(hazards)} hazard(s), "
+              f"{share:.0%} of the nodes may overflow")  # fmt: skip
+        for h in hazards[:HAZARDS_SHOWN]:
+            _line(console, f"  {_hazard_line(h)}")
+        if len(hazards) > HAZARDS_SHOWN:
+            _line(console, f"  ... and {len(hazards) - HAZARDS_SHOWN} more (--json lists all)")
+        k = found["input_scale"]
+        if k:
+            _line(console, f"  scaling the inputs by 2**-{k} removes every overflow")
+
+
+def _hazard_line(h: dict) -> str:
+    step = f" step {h['step']}" if h["step"] else ""
+    bound = f"{h['bound']:.4g}" if math.isfinite(h["bound"]) else "inf"
+    return (f"%{h['index']} '{h['name']}' ({h['op']}){step}: {h['certainty']} "
+            f"{h['kind']} (bound {bound}, limit {h['limit']:g}); fix: {h['fix']}")  # fmt: skip
 
 
 def _table(console, rows: list[dict], title: str) -> None:
@@ -315,8 +364,32 @@ def _layers(text: str | None) -> int | None:
     return value
 
 
+def input_ranges(items: list[str]) -> dict:
+    """``--input-range`` values as ``{name or None: (lo, hi)}`` (None: every input).
+
+    Example:
+        >>> input_ranges(["x=-3:3", "0:1"])
+        {'x': (-3.0, 3.0), None: (0.0, 1.0)}
+    """
+    out: dict = {}
+    for item in items:
+        name, sep, text = item.rpartition("=")
+        lo, colon, hi = text.partition(":")
+        try:
+            pair = (float(lo), float(hi)) if colon else None
+        except ValueError:
+            pair = None
+        if pair is None or (sep and not name):
+            raise OptionError(
+                f"--input-range {item!r}: give NAME=LO:HI (e.g. x=-3:3) or LO:HI for every input"
+            )
+        out[name if sep else None] = check_range(pair, f"--input-range {item!r}", OptionError)
+    return out
+
+
 def _check(args) -> int:
     targets = _targets(args.target)
+    ranges = input_ranges(args.input_range)
     max_error = _max_error(args.max_error)
     layers = _layers(args.layers)
     plot = check_plot_path(args.plot) if args.plot is not None else None
@@ -326,7 +399,7 @@ def _check(args) -> int:
             rep = check_report(
                 name, inputs, outputs, seed=args.seed, targets=targets,
                 progress=lambda stage, name=name: advance(f"{name}: {stage}"),
-                output_names=out_names,
+                output_names=out_names, input_ranges=ranges,
             )  # fmt: skip
             if args.export:
                 advance(f"{name}: export")

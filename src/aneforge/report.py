@@ -38,11 +38,12 @@ import warnings
 
 import numpy as np
 
-from .analysis import fp16_divergence
+from .analysis import fp16_divergence, range_analysis
 from .compiler import compile as compile_graph
 from .compiler.preflight import preflight
 from .cost.estimate import DEFAULT_CHIP, estimate_breakdown
-from .errors import DispatchFloorWarning, PreflightError
+from .errors import DispatchFloorWarning, OptionError, PreflightError
+from .graph.ranges import check_range
 from .metrics import compare
 from .reference import reference
 from .tables import TableMixin
@@ -211,6 +212,61 @@ def where_it_happened(prog, feeds, got, target=None) -> dict | None:
     }
 
 
+def declared_ranges(prog, input_ranges=None) -> dict:
+    """{input name: (lo, hi) or None} of ``prog``'s inputs: the range each declares
+    (``af.input(..., range=...)``), overridden by ``input_ranges`` (``{name: (lo, hi)}``,
+    the key ``None`` for every input). An unknown name raises ``OptionError``.
+
+    Example:
+        >>> import aneforge as af
+        >>> prog = af.compile(af.input((2,), name="x", range=(0, 1)) + 1.0)
+        >>> declared_ranges(prog), declared_ranges(prog, {None: (-3, 3)})
+        ({'x': (0.0, 1.0)}, {'x': (-3.0, 3.0)})
+    """
+    names = [t.name or f"input {i}" for i, t in enumerate(prog.inputs)]
+    out = {n: t.attrs.get("range") for n, t in zip(names, prog.inputs)}
+    given = dict(input_ranges or {})
+    unknown = sorted(str(k) for k in given if k is not None and k not in out)
+    if unknown:
+        raise OptionError(
+            f"--input-range names no input: {', '.join(unknown)}; the inputs are {', '.join(names)}"
+        )
+    for name in out:
+        value = given.get(name, given.get(None))
+        if value is not None:
+            out[name] = check_range(value, f"--input-range {name}", OptionError)
+    return out
+
+
+def range_report(prog, ranges: dict, target=None) -> dict:
+    """The range analysis of ``prog`` for the ``ranges`` of :func:`declared_ranges`:
+    ``{'inputs': {name: [lo, hi] or None}, 'hazards': [...], 'flagged_share',
+    'input_scale'}`` (hazards as :meth:`RangeHazard.to_record`). With no declared range
+    nothing is analysed (an unknown input raises no hazard) and the lists are empty."""
+    inputs = {n: None if r is None else list(r) for n, r in ranges.items()}
+    if all(r is None for r in ranges.values()) and prog.inputs:
+        return {"inputs": inputs, "hazards": [], "flagged_share": 0.0, "input_scale": 0}
+    given = {i: r for i, r in enumerate(ranges.values()) if r is not None}
+    rep = range_analysis(prog, input_ranges=given, target=target)
+    return {
+        "inputs": inputs,
+        "hazards": [h.to_record() for h in rep.hazards],
+        "flagged_share": rep.flagged_share(),
+        "input_scale": rep.input_scale(),
+    }
+
+
+def seeded_feeds(prog, ranges: dict, seed: int) -> list[tuple[int, np.ndarray]]:
+    """(id(input), array) per input: uniform inside its range where one is declared,
+    else standard normal; deterministic per seed."""
+    rng = np.random.default_rng(seed)
+    feeds = []
+    for t, r in zip(prog.inputs, ranges.values()):
+        value = rng.standard_normal(t.shape) if r is None else rng.uniform(*r, size=t.shape)
+        feeds.append((id(t), value))
+    return feeds
+
+
 def _as_list(result) -> list:
     return list(result) if isinstance(result, tuple) else [result]
 
@@ -350,7 +406,7 @@ def _quiet_compile(outputs, opt, target=None, output_names=None):
         return compile_graph(list(outputs), opt=opt, target=target, output_names=output_names)
 
 
-def _target_run(target, outputs, opt, feeds, want, step, cache, output_names=None):
+def _target_run(target, outputs, opt, feeds, want, step, cache, output_names=None, ranges=None):
     """One target's entry and its emulated outputs (None where it does not compile).
 
     ``cache`` holds, per architecture, the program and outputs already computed (two
@@ -371,7 +427,7 @@ def _target_run(target, outputs, opt, feeds, want, step, cache, output_names=Non
     prog, got, err = cache[arch]
     if prog is None:
         found = [str(v) for v in getattr(err.report, "violations", [])] or [str(err)]
-        entry = dict(_no_latency(target, found), lowered={}, outputs=[])
+        entry = dict(_no_latency(target, found), lowered={}, outputs=[], ranges=None)
     else:
         entry = target_report(prog, target)
         record = prog.passes.get("preflight") or {}
@@ -379,6 +435,7 @@ def _target_run(target, outputs, opt, feeds, want, step, cache, output_names=Non
         entry["lowered"] = dict(record.get("lowered", {}))
         entry["outputs"] = output_errors(got, want, prog.output_names)
         entry["where"] = where_it_happened(prog, feeds, got, prog.target)
+        entry["ranges"] = range_report(prog, ranges or {}, target=prog.target)
     entry["seconds"] = time.perf_counter() - start
     return entry, got
 
@@ -392,6 +449,7 @@ def check_report(
     opt="routes",
     progress=None,
     output_names=None,
+    input_ranges=None,
 ) -> CheckReport:
     """Compile ``outputs``, emulate on seeded inputs, compare with float64, estimate;
     then the same for each target, compiled and emulated for that chip.
@@ -404,6 +462,10 @@ def check_report(
         targets: architectures or chip names; each gets its own compile and run.
         opt: the compile level.
         output_names: the outputs' names (an ONNX graph's), as ``compile`` takes them.
+        input_ranges: ``{input name: (lo, hi)}`` (key ``None``: every input), on top
+            of the ranges the inputs declare: inputs with a range are fed uniform values
+            inside it (else standard normal) and the range analysis reports its hazards
+            (``ranges``) for the generic run and each target.
         progress: optional callable ``progress(stage)`` told when each of
             :data:`STAGES` starts, then ``'<target>: compile'`` and
             ``'<target>: emulate'`` per target (the CLI draws a progress bar with it).
@@ -420,8 +482,8 @@ def check_report(
     step("compile")
     prog = _quiet_compile(outputs, opt, output_names=output_names)
     compiled = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    feeds = [(id(t), rng.standard_normal(t.shape)) for t in prog.inputs]
+    ranges = declared_ranges(prog, input_ranges)
+    feeds = seeded_feeds(prog, ranges, seed)
     step("emulate")
     got = _as_list(prog(*[f for _, f in feeds]))
     emulated = time.perf_counter()
@@ -434,7 +496,7 @@ def check_report(
     cache: dict = {}
     entries, runs = [], {}
     for t in targets:
-        entry, outs = _target_run(t, outputs, opt, feeds, want, step, cache, output_names)
+        entry, outs = _target_run(t, outputs, opt, feeds, want, step, cache, output_names, ranges)
         entries.append(entry)
         if outs is not None:
             runs.setdefault(str(t), outs)
@@ -448,6 +510,7 @@ def check_report(
         cuts=len(prog.cuts),
         outputs=output_errors(got, want, prog.output_names),
         where=where_it_happened(prog, feeds, got),
+        ranges=range_report(prog, ranges),
         estimate=default,
         pruning_estimate_us=pruning,
         targets=entries,

@@ -168,7 +168,7 @@ class OnnxGraph:
         return f"<OnnxGraph {self.name!r}: ({ins}) -> ({outs})>"
 
 
-def from_onnx(model, shapes=None, constants=None) -> OnnxGraph:
+def from_onnx(model, shapes=None, constants=None, input_ranges=None) -> OnnxGraph:
     """Import an ONNX model (ModelProto, path or bytes) as an aneforge graph.
 
     Args:
@@ -176,6 +176,10 @@ def from_onnx(model, shapes=None, constants=None) -> OnnxGraph:
         shapes: ``{input_name: shape}`` fixing inputs with symbolic or unknown dims.
         constants: ``{input_name: array}`` binding graph inputs to fixed values at import
             (integer inputs such as token positions or indices must be bound).
+        input_ranges: ``{input_name: (lo, hi) or max_abs}``, the values each input will
+            be fed, declared on the graph's inputs as ``af.input(..., range=...)`` does
+            (:func:`aneforge.range_analysis` and ``compile`` then find where it can
+            overflow); inputs not named stay unknown.
 
     Returns:
         An :class:`OnnxGraph`. Raises :class:`OnnxImportError` for unreadable models,
@@ -184,7 +188,9 @@ def from_onnx(model, shapes=None, constants=None) -> OnnxGraph:
     """
     onnx = _onnx()
     proto = _load(onnx, model)
-    return _Importer(onnx, proto, dict(shapes or {}), dict(constants or {})).run()
+    importer = _Importer(onnx, proto, dict(shapes or {}), dict(constants or {}))
+    importer.ranges = dict(input_ranges or {})
+    return importer.run()
 
 
 def _onnx():
@@ -234,6 +240,7 @@ class _Importer:
         self.model = model
         self.shapes = shapes
         self.constants = constants
+        self.ranges: dict = {}  # input name -> declared (lo, hi) or max_abs
         self.notes: list[str] = []
         self.saturated: dict[str, float] = {}
         self.weights: dict = {}  # id(Host) or recipe key -> (the key object, its Tensor)
@@ -318,6 +325,10 @@ class _Importer:
         for init in g.initializer:
             self.types[init.name] = init.data_type
 
+    def _range(self, name: str):
+        """The declared range of input ``name`` (None: unknown); af.input checks it."""
+        return self.ranges.get(name)
+
     # ---- the run ---------------------------------------------------------------------
     def run(self) -> OnnxGraph:
         onnx = self.onnx
@@ -339,13 +350,19 @@ class _Importer:
                 int_inputs.append(f"'{vi.name}' ({onnx.helper.tensor_dtype_to_string(elem)})")
                 env[vi.name] = _BROKEN
                 continue
-            t = input(self._input_shape(vi), name=vi.name)
+            t = input(self._input_shape(vi), name=vi.name, range=self._range(vi.name))
             env[vi.name] = t
             inputs.append(t)
             names.append(vi.name)
         unknown = sorted(set(self.constants) - {vi.name for vi in graph.input})
         if unknown:
             raise OnnxImportError(f"from_onnx: constants= names no graph input: {unknown}")
+        unranged = sorted(set(self.ranges) - set(names))
+        if unranged:
+            raise OnnxImportError(
+                f"from_onnx: input_ranges= names no float graph input: {unranged}; "
+                f"the inputs are {names}"
+            )
         if int_inputs:
             raise OnnxImportError(
                 f"from_onnx: input(s) {', '.join(int_inputs)} are not float: the engine's "
