@@ -50,7 +50,7 @@ from aneforge.graph.ops.bridge import BRIDGE_FUNCTIONS
 from aneforge.graph.registry import all_ops, get_op
 
 TARGETS = {"elementwise": 10.0, "norm": 10.0, "contraction": 100.0}
-POSITIVE = {"log", "sqrt", "rsqrt", "inverse", "pow"}
+POSITIVE = {"log", "sqrt", "rsqrt", "inverse", "pow", "div"}  # defined (or bounded) on positives
 LIGHT = ("squeezenet", "resnet50", "densenet121", "inception_v1", "shufflenet")
 
 
