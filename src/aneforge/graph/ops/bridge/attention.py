@@ -24,7 +24,7 @@ from ...fp16 import narrow_sum, round_fp16
 from ...ranges import ETA16, INF, U16, Interval, softmax_sum_bounds, weight_value
 from ...registry import bool_attr, float_attr
 from ...tensor import Tensor, make
-from ..contraction import (
+from ..contraction_bounds import (
     add_bounds,
     contraction_interval,
     interval_sum_bounds,

@@ -25,7 +25,7 @@ from ...ranges import INF, Interval, weight_value
 from ...registry import Attr, check_float, int_attr
 from ...tensor import Tensor, make
 from ..common import broadcast_shape, norm_axis
-from ..contraction import (
+from ..contraction_bounds import (
     add_bounds,
     contraction_interval,
     fp16_outward,
