@@ -22,24 +22,10 @@ from hypothesis import strategies as st
 import aneforge as af
 from aneforge.graph.ops.bridge import BRIDGE_FUNCTIONS, BRIDGE_OPS
 from aneforge.graph.registry import all_ops
+from range_cases import describe_violation, draw_range
 from test_properties import PROFILE, graphs
 
 FEEDS_PER_CASE = 20
-SCALES = (1.0, 8.0, 300.0, 2.0**-12, 3000.0, 30000.0)
-
-
-def draw_range(rng) -> tuple[float, float]:
-    """A declared range: a random scale, straddling zero, one-sided or a point."""
-    scale = float(rng.choice(SCALES))
-    kind = rng.integers(4)
-    a, b = sorted(rng.uniform(-1.0, 1.0, 2) * scale)
-    if kind == 1:
-        a, b = abs(a), abs(a) + abs(b)
-    elif kind == 2:
-        a = b = float(rng.uniform(-1, 1) * scale)
-    elif kind == 3:
-        a, b = -scale, scale
-    return float(a), float(b)
 
 
 def in_range_feeds(rng, shape, lo, hi, n):
@@ -75,14 +61,9 @@ def assert_sound(outputs, ranges, rng, target=None):
 
 
 def _explain(bad, rep, feeds) -> str:
-    rec, values = bad[0]
-    v = np.asarray(values, dtype=np.float64)
-    fin = v[np.isfinite(v)]
-    seen = f"[{fin.min():.6g}, {fin.max():.6g}]" if fin.size else "no finite value"
     return (
-        f"node %{rec.index} {rec.op} {rec.shape}: interval {rec.interval} but the emulator "
-        f"gave {seen}, nan={bool(np.isnan(v).any())}, inf={bool(np.isinf(v).any())}; "
-        f"inputs {[(f.min(), f.max()) for f in feeds]}; graph: "
+        describe_violation(*bad[0])
+        + f"; inputs {[(f.min(), f.max()) for f in feeds]}; graph: "
         + ", ".join(f"{n.op}{n.shape}" for n in rep.nodes)
     )
 

@@ -33,11 +33,11 @@ from aneforge.graph.ops.bridge import (
     radius_search,
     sdpa,
 )
+from range_cases import describe_violation, draw_range
 
 TARGETS = (None, "M1", "M4")
 GRAPHS_PER_TARGET = 30
 FEEDS_PER_GRAPH = 10
-SCALES = (1.0, 3.0, 8.0, 300.0, 2.0**-12, 3000.0, 30000.0)
 OPS = (
     "matmul",
     "bmm",
@@ -54,22 +54,6 @@ OPS = (
 
 
 # ---- drawing ranges, weights and feeds -----------------------------------------------
-
-
-def draw_range(rng) -> tuple[float, float]:
-    """A declared range: a random scale, straddling zero, one-sided or a single point."""
-    scale = float(rng.choice(SCALES))
-    a, b = sorted(rng.uniform(-1.0, 1.0, 2) * scale)
-    kind = rng.integers(5)
-    if kind == 1:
-        a, b = abs(a), abs(a) + abs(b)
-    elif kind == 2:
-        a = b = float(rng.uniform(-1, 1) * scale)
-    elif kind == 3:
-        a, b = -scale, scale
-    elif kind == 4:
-        a, b = -abs(b) - abs(a), -abs(a)
-    return float(a), float(b)
 
 
 def wild_weight(rng, shape, wild: bool = True) -> np.ndarray:
@@ -135,14 +119,8 @@ def assert_sound(outputs, ranges, rng, target, n=FEEDS_PER_GRAPH, signs=None) ->
 
 
 def explain(bad, rep, run) -> str:
-    rec, values = bad[0]
-    v = np.asarray(values, dtype=np.float64)
-    fin = v[np.isfinite(v)]
-    seen = f"[{fin.min():.6g}, {fin.max():.6g}]" if fin.size else "no finite value"
     return (
-        f"node %{rec.index} {rec.op} {rec.shape}: interval {rec.interval} but the emulator "
-        f"gave {seen}, nan={bool(np.isnan(v).any())}, inf={bool(np.isinf(v).any())}; "
-        f"inputs {[(float(f.min()), float(f.max())) for f in run]}"
+        describe_violation(*bad[0]) + f"; inputs {[(float(f.min()), float(f.max())) for f in run]}"
     )
 
 
