@@ -168,6 +168,25 @@ def masked_sum_bounds(tlo, thi, masks):
     )
 
 
+def _weight_products(w, lo: float, hi: float):
+    """``product_bounds`` of a known weight (a point per element) against ``[lo, hi]``:
+    two products instead of four corners, in float32, where a product of two fp16
+    values is exact (11 + 11 significant bits), so its rounding to fp16 is the kernel's.
+    """
+    w32 = np.asarray(w, dtype=np.float32)
+    with np.errstate(all="ignore"):
+        a, b = w32 * np.float32(lo), w32 * np.float32(hi)
+        nan = np.isnan(a) | np.isnan(b)  # a NaN weight, or 0 * inf at an end
+        if lo <= 0.0 <= hi:  # x = 0 lies inside: an infinite weight times it
+            nan |= np.isinf(w32)
+        if not (np.isfinite(lo) and np.isfinite(hi)):  # a zero weight times the inf end
+            nan |= w32 == 0
+        tlo, thi = np.fmin(a, b), np.fmax(a, b)
+    tlo = np.where(np.isnan(tlo), 0.0, tlo)
+    thi = np.where(np.isnan(thi), 0.0, thi)
+    return (np.asarray(round_fp16(tlo), np.float64), np.asarray(round_fp16(thi), np.float64), nan)
+
+
 def weighted_sum_bounds(w, x: Interval, masks=None):
     """Bounds per output column of ``mm(x, w)`` before its fp16 rounding: ``w`` is a known
     (..., K, N) weight, every element of ``x`` lies in ``x``.
@@ -183,9 +202,13 @@ def weighted_sum_bounds(w, x: Interval, masks=None):
         >>> round(float(lo[0]), 4), round(float(hi[0]), 4)
         (-2.0, 1.0)
     """
-    w = np.asarray(w, dtype=np.float64)
     lo, hi = fp16_outward(x.lo, x.hi)
-    tlo, thi, pnan = product_bounds(w, w, lo, hi)
+    if lo == -INF and hi == INF:  # an unknown input: nothing to bound, NaN possible
+        shape = np.asarray(w).shape[:-2] + np.asarray(w).shape[-1:]
+        if masks is not None:
+            shape = (np.asarray(masks).shape[0], np.asarray(w).shape[-1])
+        return np.full(shape, -INF), np.full(shape, INF), np.ones(shape, bool)
+    tlo, thi, pnan = _weight_products(w, lo, hi)
     if masks is None:
         slo, shi, snan = sum_bounds(tlo, thi, axis=-2)
         return slo, shi, snan | pnan.any(axis=-2) | x.nan
