@@ -231,7 +231,7 @@ def _print_hazards(console, rep: CheckReport) -> None:
             continue
         share = found["flagged_share"]
         _line(console, f"range analysis ({run}, {shown}): {len(hazards)} hazard(s), "
-              f"{share:.0%} of the nodes may overflow")  # fmt: skip
+              f"at {share:.0%} of the nodes")  # fmt: skip
         for h in hazards[:HAZARDS_SHOWN]:
             _line(console, f"  {_hazard_line(h)}")
         if len(hazards) > HAZARDS_SHOWN:
