@@ -443,7 +443,8 @@ def rows_kept(node, srcs, env) -> Interval:
     """Rule of views that keep the input's last-axis vectors whole or cut them into
     consecutive pieces (a reshape whose last dimension divides the input's, a transpose
     or squeeze that leaves the last axis last): the element bounds and the row norms
-    hold (a piece of a vector is no longer than the vector). A transpose swapping the
+    hold (a piece of a vector is no longer than the vector); a reshape joining ``m``
+    whole rows into one scales them by ``m`` (1-norm) and ``sqrt(m)``. A transpose swapping the
     last two axes turns row norms into column norms and back; anything else keeps only
     the element bounds."""
     s, x, shape = srcs[0], node.srcs[0].shape, node.shape
@@ -460,6 +461,9 @@ def rows_kept(node, srcs, env) -> Interval:
         return s.elements()
     if x and shape and x[-1] % shape[-1] == 0:
         return Interval(s.lo, s.hi, s.nan, s.tiny, l1=s.l1, l2=s.l2)
+    if x and shape and shape[-1] % x[-1] == 0:  # each new row joins m whole old rows
+        m = shape[-1] // x[-1]
+        return Interval(s.lo, s.hi, s.nan, s.tiny, l1=m * s.l1, l2=math.sqrt(m) * s.l2)
     return s.elements()
 
 

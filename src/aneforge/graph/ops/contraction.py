@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import AttributeValueError, ShapeError
-from ..ranges import INF, weight_value
+from ..ranges import ETA16, INF, U16, Interval, weight_value
 from ..registry import OpDef, int_attr, ints_attr, register
 from .common import broadcast_shape, pads, spatial_tuple
 from .contraction_bounds import (
@@ -39,6 +39,7 @@ from .contraction_bounds import (
     interval_sum_bounds,
     output_l2,
     row_norm_bound,
+    slack_rate,
     weighted_sum_bounds,
     with_l2,
 )
@@ -99,6 +100,18 @@ def _matmul_flops(in_shapes, out_shape, attrs):
     return 2 * k * int(np.prod(out_shape, dtype=np.int64))
 
 
+def mixed_l2(a: Interval, b: Interval, k: int, n: int, out: Interval) -> float:
+    """The row 2-norm of ``a @ b`` for rows of ``a`` with a 1-norm bound (softmax
+    weights) and rows of ``b`` with a 2-norm bound (values): each output row is
+    ``sum_k a_k b_k`` with products rounded once, so ``||y||_2 <= ((1 + u) l1(a) l2(b) +
+    K sqrt(N) 2**-25) (1 + gamma_{K-1})``, then ``(1 + u)`` and ``sqrt(N) 2**-25`` for
+    the output's rounding; inf when a bound is missing or the output may saturate."""
+    if not (np.isfinite(a.l1) and np.isfinite(b.l2) and np.isfinite(out.max_abs)):
+        return INF
+    y = ((1 + U16) * a.l1 * b.l2 + k * np.sqrt(n) * ETA16) * (1 + slack_rate(k))
+    return float(((1 + U16) * y + np.sqrt(n) * ETA16) * (1 + 2.0**-40))
+
+
 def _matmul_range(node, srcs, env):
     """Row sums of a known operand (right ``x @ W`` or left ``W @ x``), else K corner
     products of the two intervals."""
@@ -110,13 +123,15 @@ def _matmul_range(node, srcs, env):
         lo, hi, nan = weighted_sum_bounds(w, srcs[0])
         lo, hi = clamped(lo, hi, row_norm_bound(srcs[0], k, w=w))
         out = contraction_interval(env, lo, hi, nan)
-        return with_l2(out, output_l2(srcs[0], w) if out.finite or out.nan else INF)
+        return with_l2(out, output_l2(srcs[0], w) if np.isfinite(out.max_abs) else INF)
     elif wa is not None:
         w = wa[None, :] if wa.ndim == 1 else wa
         lo, hi, nan = weighted_sum_bounds(np.swapaxes(w, -1, -2), srcs[1])
     else:
         lo, hi, nan = interval_sum_bounds(srcs[0], srcs[1], k)
         lo, hi = clamped(lo, hi, row_norm_bound(srcs[0], k, other=srcs[1]))
+        out = contraction_interval(env, lo, hi, nan)
+        return with_l2(out, mixed_l2(srcs[0], srcs[1], k, b.shape[-1], out))
     return contraction_interval(env, lo, hi, nan)
 
 

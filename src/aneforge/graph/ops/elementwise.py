@@ -27,7 +27,7 @@ import numpy as np
 from scipy import special
 
 from ..fp16 import FP16_MAX
-from ..ranges import INF, Interval, corners, hull_of_values, weight_value
+from ..ranges import ETA16, INF, U16, Interval, corners, hull_of_values, weight_value
 from ..registry import OpDef, choice_attr, float_attr, get_op, register
 from .common import broadcast_shape, in_float64, rounded, same_shape
 
@@ -173,6 +173,23 @@ def _mul_range(node, srcs, env) -> Interval:
     iv = corners(node, srcs, env)
     nan = (_has_inf(a) and _holds_zero(b)) or (_has_inf(b) and _holds_zero(a))
     return iv.with_nan(nan)
+
+
+def _sum_range(node, srcs, env) -> Interval:
+    """Rule of add and sub: ``corners``, and the row 2-norm of the result (a residual
+    stream's): ``||fp16(a +- b)||_2 <= (1 + u) (||a||_2 + ||b||_2) + sqrt(n) 2**-25`` per
+    row of ``n`` values, each operand's row norm being its own bound when it spans the
+    last axis, else ``sqrt(n) max|.|``."""
+    iv = corners(node, srcs, env)
+    if not node.shape or iv.nan or not math.isfinite(iv.max_abs):
+        return iv
+    n = node.shape[-1]
+    norms = []
+    for t, s in zip(node.srcs, srcs):
+        own = s.l2 if t.shape and t.shape[-1] == n else INF
+        norms.append(min(own, math.sqrt(n) * s.max_abs))
+    l2 = (1 + U16) * sum(norms) + math.sqrt(n) * ETA16
+    return Interval(iv.lo, iv.hi, iv.nan, iv.tiny, l2=l2) if math.isfinite(l2) else iv
 
 
 def _div_range(node, srcs, env) -> Interval:
@@ -378,8 +395,8 @@ UNARY = {
 
 # name -> (float64 function, flags, one-line doc, range rule)
 BINARY = {
-    "add": (np.add, {"commutative", "associative"}, "a + b", corners),
-    "sub": (np.subtract, set(), "a - b", corners),
+    "add": (np.add, {"commutative", "associative"}, "a + b", _sum_range),
+    "sub": (np.subtract, set(), "a - b", _sum_range),
     "mul": (np.multiply, {"commutative", "associative"}, "a * b", _mul_range),
     "div": (np.divide, set(), "a / b", _div_range),
     "maximum": (np.maximum, {"commutative"}, "elementwise max (nan propagates)", _SAME_TINY),
