@@ -29,6 +29,7 @@ from aneforge.emulator.chips import chip_execution, chip_numerics
 from aneforge.emulator.gemm import gemm_reference
 from aneforge.graph.ranges import Interval, RangeEnv
 from aneforge.graph.registry import get_op
+from range_cases import draw_range as shared_draw_range
 
 OPS = (
     "sum",
@@ -59,17 +60,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::aneforge.errors.PrecisionWarnin
 
 
 def draw_range(rng) -> tuple[float, float]:
-    """A declared range: a random scale, straddling zero, one-sided, a point, symmetric."""
-    scale = float(rng.choice(SCALES))
-    kind = rng.integers(4)
-    a, b = sorted(rng.uniform(-1.0, 1.0, 2) * scale)
-    if kind == 1:
-        a, b = abs(a), abs(a) + abs(b)
-    elif kind == 2:
-        a = b = float(rng.uniform(-1, 1) * scale)
-    elif kind == 3:
-        a, b = -scale, scale
-    return float(max(a, -65504.0)), float(min(b, 65504.0))
+    """A declared range at one of this file's scales (range_cases.draw_range)."""
+    return shared_draw_range(rng, SCALES, negative=False)
 
 
 def feeds(rng, shape, lo, hi, unknown=False, n=8):
