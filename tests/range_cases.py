@@ -36,3 +36,17 @@ def describe_violation(rec, values) -> str:
         f"node %{rec.index} {rec.op} {rec.shape}: interval {rec.interval} but the emulator "
         f"gave {seen}, nan={bool(np.isnan(v).any())}, inf={bool(np.isinf(v).any())}"
     )
+
+
+def assert_runs_inside(rep, per_input, context: str = "") -> int:
+    """Run ``rep``'s program on each set of feeds (``per_input[i][k]``: the k-th feed of
+    the program's i-th input) and assert no node leaves its interval; returns the runs."""
+    runs = min(len(f) for f in per_input) if per_input else 1
+    for k in range(runs):
+        fed = [f[k] for f in per_input]
+        bad = rep.violations(*fed)
+        if bad:
+            with np.errstate(all="ignore"):
+                shown = [(float(np.min(f)), float(np.max(f))) for f in fed]
+            raise AssertionError(f"{describe_violation(*bad[0])}; inputs {shown}{context}")
+    return runs
