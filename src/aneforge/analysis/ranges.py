@@ -392,7 +392,10 @@ def _declared(program, given) -> dict[int, Interval]:
 # ---- the walk -------------------------------------------------------------------------
 
 
-def _analyse(program, declared, chip, target_name) -> RangeReport:
+def _analyse(program, declared, chip, target_name, weights=None) -> RangeReport:
+    """One walk. ``weights`` caches the weights' intervals (by node id) across the
+    re-runs :meth:`RangeReport.input_scale` makes."""
+    weights = {} if weights is None else weights
     names = program.layer_names
     mm = chip.matmul(gemm_reference) if chip is not None else gemm_reference
     limit = chip.matmul_limit if chip is not None else None
@@ -404,7 +407,9 @@ def _analyse(program, declared, chip, target_name) -> RangeReport:
         for i, node in enumerate(program.nodes):
             name = names.get(id(node), f"%{i}")
             if node.op == "weight":
-                intervals[id(node)] = Interval.of(node.value)
+                if id(node) not in weights:
+                    weights[id(node)] = _rule(node)(node, [], None)
+                intervals[id(node)] = weights[id(node)]
                 known[id(node)] = True
                 continue
             if node.op == "input":
@@ -436,7 +441,7 @@ def _analyse(program, declared, chip, target_name) -> RangeReport:
     unknown = [names.get(id(t), "?") for t in program.inputs if id(t) not in declared]
 
     def rerun(scale):
-        return _analyse(program, _scaled(declared, scale), chip, target_name)
+        return _analyse(program, _scaled(declared, scale), chip, target_name, weights)
 
     return RangeReport(program, records, hazards, unknown, target_name, intervals, rerun)
 
