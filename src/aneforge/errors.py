@@ -57,6 +57,16 @@ class PreflightError(AneforgeError, ValueError):
         self.report = report
 
 
+class SizeLimitError(AneforgeError, ValueError):
+    """A tensor, a folded constant, a random input or a file would pass aneforge's size
+    limits (:mod:`aneforge.limits`); the message gives the size it would take."""
+
+
+class FileReadError(AneforgeError, OSError):
+    """A file aneforge was asked to read is not a regular file, cannot be read, or is
+    larger than the limit for its kind."""
+
+
 class AneforgeWarning(UserWarning):
     """Base class of aneforge's warnings."""
 
@@ -75,3 +85,9 @@ class PreflightWarning(AneforgeWarning):
 
 class CrossChipFP16Warning(AneforgeWarning):
     """A program's fp16 results on its target can differ from other engine generations."""
+
+
+class FastPathWarning(AneforgeWarning, RuntimeWarning):
+    """A compiled emulator kernel cannot be used here (numba does not import, or the kernel
+    does not compile or fails its first-use check); the NumPy reference serves every call
+    instead, with the same bits, only slower. Issued once per process and cause."""
