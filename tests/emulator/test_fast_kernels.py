@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import time
+import warnings
 
 import numpy as np
 import pytest
 
 import aneforge.emulator.fast_kernels as fk
+import aneforge.emulator.gemm as gemm_module
 from aneforge.emulator.fast_kernels import FAST_KERNELS
+from aneforge.emulator.gemm import FastPathWarning
 from aneforge.graph.ops.norm import _batch_norm_emulate
 from conftest import PORTABLE_ENVS, PORTABLE_IDS, assert_same_bits, run_python_with_env
 
@@ -189,21 +191,32 @@ def test_unhandled_dtype_returns_none():
 
 def test_returns_none_without_numba(monkeypatch):
     monkeypatch.setattr(fk, "numba", None)
+    monkeypatch.setattr(fk, "_state", {"ok": None, "error": None})
+    monkeypatch.setattr(gemm_module, "NUMBA_IMPORT_ERROR", "ImportError: no numba (test)")
+    monkeypatch.setattr(gemm_module, "_warned", set())
     inputs, attrs = _base()
-    assert bn_fast(inputs, attrs) is None
+    with pytest.warns(FastPathWarning, match=r"numba could not be imported \(ImportError"):
+        assert bn_fast(inputs, attrs) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FastPathWarning)  # warned once already
+        assert bn_fast(inputs, attrs) is None
 
 
 def test_returns_none_when_self_check_failed(monkeypatch):
     monkeypatch.setattr(fk, "_state", {"ok": False, "error": "mismatch"})
+    monkeypatch.setattr(gemm_module, "_warned", set())
     inputs, attrs = _base()
-    assert bn_fast(inputs, attrs) is None
+    with pytest.warns(FastPathWarning, match="batch_norm kernel is disabled: mismatch"):
+        assert bn_fast(inputs, attrs) is None
 
 
 def test_self_check_mismatch_disables(monkeypatch):
     monkeypatch.setattr(fk, "_state", {"ok": None, "error": None})
     monkeypatch.setattr(fk, "_probe", lambda: (_base()[0], {"eps": 1e-5, "has_weight": True}))
+    monkeypatch.setattr(gemm_module, "_warned", set())
     assert fk._ensure_batch_norm() is False  # the probe's input count does not match
-    assert bn_fast(*_base()) is None
+    with pytest.warns(FastPathWarning, match="disagrees with the reference"):
+        assert bn_fast(*_base()) is None
 
 
 # ---- the portable (integer) code generation ---------------------------------------------
@@ -236,28 +249,3 @@ raise SystemExit(1 if bad else 0)
 @pytest.mark.parametrize("env", PORTABLE_ENVS, ids=PORTABLE_IDS)
 def test_portable_codegen_matches_reference(env):
     run_python_with_env(_PORTABLE_SCRIPT, env)
-
-
-# ---- timing (informational only) ---------------------------------------------------------
-
-
-def test_timing_print():
-    rng = np.random.default_rng(1)
-    for shape in ((1, 256, 56, 56), (1, 64, 112, 112)):
-        c = shape[1]
-        inputs = [rng.standard_normal(shape).astype(np.float16)]
-        inputs += [rng.standard_normal(c).astype(np.float16) for _ in range(4)]
-        inputs[2] = np.abs(inputs[2])
-        attrs = attrs_for(True, True)
-        times = {}
-        for name, fn in (("numpy", _batch_norm_emulate), ("fast", bn_fast)):
-            best = np.inf
-            for _ in range(5):
-                t0 = time.perf_counter()
-                fn(inputs, attrs)
-                best = min(best, time.perf_counter() - t0)
-            times[name] = best
-        print(
-            f"batch_norm {shape}: numpy {times['numpy'] * 1e3:.2f} ms, "
-            f"fast {times['fast'] * 1e3:.2f} ms ({times['numpy'] / times['fast']:.1f}x)"
-        )

@@ -300,8 +300,9 @@ def test_gemm_falls_back_when_the_kernel_is_unusable(monkeypatch, rng):
     broken = {"ready": False, "error": RuntimeError("kernel broken for this test")}
     monkeypatch.setattr(gemm_module, "_state", broken)
     monkeypatch.setattr(gemm_module, "FAST_PATH_AVAILABLE", True)
+    monkeypatch.setattr(gemm_module, "_warned", set())
     a, b = normal_fp16(rng, (1, 5, 9)), normal_fp16(rng, (1, 9, 3))
-    with pytest.warns(RuntimeWarning, match="kernel broken for this test"):
+    with pytest.warns(gemm_module.FastPathWarning, match="kernel broken for this test"):
         got = gemm(a, b)
     assert_same_bits(got, gemm_reference(a, b))
     with pytest.raises(RuntimeError, match="unavailable"):

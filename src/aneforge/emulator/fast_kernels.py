@@ -1,8 +1,10 @@
 """Compiled kernels for hot elementwise ops, bit-identical to the ops' own emulate kernels.
 
 ``FAST_KERNELS`` maps an op name to ``fn(inputs, attrs)``, which returns the op's fp16
-result, or ``None`` when it does not apply (numba missing, the compiled kernel failed its
-first-use check, an input it does not handle); the caller then runs the op's own kernel.
+result, or ``None`` when it does not apply (numba missing, the compiled kernel failed to
+compile or its first-use check, an input it does not handle); the caller then runs the
+op's own kernel. A kernel that cannot load says why once per process with a
+:class:`~aneforge.emulator.gemm.FastPathWarning`.
 
 batch_norm follows :func:`aneforge.graph.ops.norm._batch_norm_emulate` step for step:
 per channel ``r = fp16(rsqrt(fp16(var + fp16(eps))))`` is computed on the host exactly as
@@ -36,13 +38,10 @@ import numpy as np
 from ..graph.fp16 import round_fp16
 from . import gemm as _gemm
 
-try:
-    import numba
-    from llvmlite import ir as llir
-    from numba.core import types as nbtypes
-    from numba.extending import intrinsic
-except Exception:  # numba is optional: without it every op runs its own kernel
-    numba = None
+# numba as the gemm module imported it (None when it could not): one import decision for
+# every compiled kernel, so this module never defines kernels on top of a gemm module
+# that has none.
+numba, llir, nbtypes, intrinsic = _gemm.numba, _gemm.llir, _gemm.nbtypes, _gemm.intrinsic
 
 __all__ = ["FAST_KERNELS", "batch_norm_fast"]
 
@@ -200,23 +199,24 @@ def _ensure_batch_norm() -> bool:
         if _state["ok"] is None:
             ok = False
             try:
-                if numba is not None:
-                    from ..graph.ops.norm import _batch_norm_emulate
+                if numba is None:
+                    raise RuntimeError(f"numba could not be imported ({_gemm.NUMBA_IMPORT_ERROR})")
+                from ..graph.ops.norm import _batch_norm_emulate
 
-                    inputs, attrs = _probe()
-                    want = _batch_norm_emulate(inputs, attrs)
-                    got_s = _run_batch_norm(inputs, attrs)
-                    big = [np.tile(inputs[0], (1, 1, 1 + _SERIAL_ELEMENTS // 670)), *inputs[1:]]
-                    got_p = _run_batch_norm(big, attrs)
-                    want_p = _batch_norm_emulate(big, attrs)
-                    ok = (
-                        got_s is not None
-                        and got_p is not None
-                        and np.array_equal(got_s.view(np.uint16), want.view(np.uint16))
-                        and np.array_equal(got_p.view(np.uint16), want_p.view(np.uint16))
-                    )
-                    if not ok:
-                        _state["error"] = "compiled batch_norm disagrees with the reference"
+                inputs, attrs = _probe()
+                want = _batch_norm_emulate(inputs, attrs)
+                got_s = _run_batch_norm(inputs, attrs)
+                big = [np.tile(inputs[0], (1, 1, 1 + _SERIAL_ELEMENTS // 670)), *inputs[1:]]
+                got_p = _run_batch_norm(big, attrs)
+                want_p = _batch_norm_emulate(big, attrs)
+                ok = (
+                    got_s is not None
+                    and got_p is not None
+                    and np.array_equal(got_s.view(np.uint16), want.view(np.uint16))
+                    and np.array_equal(got_p.view(np.uint16), want_p.view(np.uint16))
+                )
+                if not ok:
+                    _state["error"] = "compiled batch_norm disagrees with the reference"
             except Exception as exc:  # compile failure: the op's own kernel serves
                 _state["error"] = exc
                 ok = False
@@ -228,9 +228,13 @@ def batch_norm_fast(inputs, attrs):
     """batch_norm with the bits of ``_batch_norm_emulate``, or None when not applicable.
 
     ``inputs`` is ``[x, mean, var, (weight), (bias)]`` (fp16, x of shape [N, C, ...]),
-    ``attrs`` holds ``eps``, ``has_weight``, ``has_bias``.
+    ``attrs`` holds ``eps``, ``has_weight``, ``has_bias``. When the compiled kernel
+    cannot be used here (numba does not import, the kernel does not compile or does not
+    match), it returns None, so the op's own kernel serves, and says why once per process
+    with a :class:`~aneforge.emulator.gemm.FastPathWarning`.
     """
-    if numba is None or not _ensure_batch_norm():
+    if not _ensure_batch_norm():
+        _gemm.warn_fallback("batch_norm", _state["error"] or "it was switched off")
         return None
     return _run_batch_norm(inputs, attrs)
 

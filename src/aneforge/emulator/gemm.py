@@ -37,7 +37,10 @@ How the product rounding is generated depends on the target numba compiles for:
 
 No fast-math flags are ever set, so LLVM may not fuse the rounded product into the add
 (no FMA) nor reorder the sum. On first use the compiled kernel is checked against the
-reference on a small built-in problem; a mismatch or compile failure disables it.
+reference on a small built-in problem; a mismatch or compile failure disables it. Whatever
+keeps the fast path from loading (numba does not import, the kernel does not compile or
+does not match), :func:`gemm` serves every call from the reference and says why once per
+process with a :class:`FastPathWarning`.
 
 Example:
     >>> import numpy as np
@@ -57,20 +60,76 @@ import warnings
 
 import numpy as np
 
+from ..errors import FastPathWarning
+
+# numba is imported here once for every compiled kernel of the emulator: fast_kernels
+# takes it from this module, so the two can never disagree about whether it loaded.
 try:
     import numba
     from llvmlite import ir as llir
     from numba.core import cgutils
     from numba.core import types as nbtypes
     from numba.extending import intrinsic
-except Exception:  # numba is optional: without it the reference serves every call
-    numba = None
+except Exception as exc:  # numba is optional: without it the reference serves every call
+    numba = llir = cgutils = nbtypes = intrinsic = None
+    _numba_import_exc: Exception | None = exc
+else:
+    _numba_import_exc = None
 
-__all__ = ["FAST_PATH_AVAILABLE", "gemm", "gemm_fast", "gemm_reference"]
+__all__ = ["FAST_PATH_AVAILABLE", "FastPathWarning", "gemm", "gemm_fast", "gemm_reference"]
 
 #: True when numba is importable, so :func:`gemm` uses the compiled kernel. Set to False
 #: if the kernel later fails to compile or fails its first-use check against the reference.
 FAST_PATH_AVAILABLE: bool = numba is not None
+
+
+_warn_lock = threading.Lock()
+_warned: set[str] = set()  # the causes already warned about in this process
+
+
+def _first_line(exc) -> str:
+    """``"Type: first line of the message"`` of an exception (or a plain string)."""
+    if isinstance(exc, str):
+        return exc
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else '(no message)'}"
+
+
+#: Why numba could not be imported (``"ImportError: ..."``), or None when it loaded.
+NUMBA_IMPORT_ERROR: str | None = (
+    None if _numba_import_exc is None else _first_line(_numba_import_exc)
+)
+del _numba_import_exc
+
+
+def warn_fallback(kernel: str, error) -> None:
+    """Say once per process that ``kernel``'s compiled code cannot be used, and why.
+
+    ``error`` is the exception (or text) that disabled it. When numba itself did not
+    import, one warning covers every kernel, since they all fall back for that reason.
+    """
+    if NUMBA_IMPORT_ERROR is not None:
+        key = "numba"
+        msg = (
+            f"aneforge's compiled emulator kernels are disabled: numba could not be "
+            f"imported ({NUMBA_IMPORT_ERROR}); the NumPy reference interpreter runs every "
+            "program instead, with the same bits, only slower. Fix: install or repair "
+            "numba (pip install 'numba>=0.58'), or use device='reference' to choose that path"
+        )
+    else:
+        key = kernel
+        msg = (
+            f"aneforge's compiled {kernel} kernel is disabled: {_first_line(error)}; the "
+            f"NumPy reference {kernel} serves every call instead, with the same bits, only "
+            "slower. Fix: report it with the output of `numba -s`; "
+            f"{_PORTABLE_ENV}=1 selects the portable code generation"
+        )
+    with _warn_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(msg, FastPathWarning, stacklevel=3)
+
 
 # Micro-kernel geometry: _MR rows x (_NV vectors of _VW lanes) columns of float32
 # accumulators held in registers (4 x 2 zmm on AVX-512) while k runs over one k-block.
@@ -493,18 +552,18 @@ def _ensure_kernel():
         if _state["error"] is None:
             try:
                 if numba is None:
-                    raise RuntimeError("numba is not installed")
+                    raise RuntimeError(f"numba could not be imported ({NUMBA_IMPORT_ERROR})")
                 a, b = _probe_operands()
                 got = _run_kernel(a, b, *_check_operands(a, b))
                 if not _same_bits(got, gemm_reference(a, b)):
                     raise RuntimeError("compiled kernel disagrees with gemm_reference")
                 _state["ready"] = True
                 return
-            except Exception as exc:
+            except Exception as exc:  # a compile failure or a mismatch: disable, keep why
                 _state["error"] = exc
                 FAST_PATH_AVAILABLE = False
         err = _state["error"]
-    raise RuntimeError(f"gemm fast path unavailable: {err}") from err
+    raise RuntimeError(f"gemm fast path unavailable: {_first_line(err)}") from err
 
 
 def gemm_fast(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -532,8 +591,9 @@ def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Batched fp16 matmul under the emulator contract, by the fastest working backend.
 
     Uses :func:`gemm_fast` when numba is available and its kernel passed the first-use
-    check, else :func:`gemm_reference` (with a RuntimeWarning if the kernel failed). Both
-    give the same bits.
+    check, else :func:`gemm_reference`, with one :class:`FastPathWarning` per process
+    saying why (numba does not import, or the kernel failed to compile or to match).
+    Both give the same bits.
 
     Example:
         >>> import numpy as np
@@ -542,12 +602,13 @@ def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         >>> gemm(a, b)
         array([[[11.]]], dtype=float16)
     """
-    _check_operands(a, b)
+    dims = _check_operands(a, b)
     if FAST_PATH_AVAILABLE:
         try:
             _ensure_kernel()
-        except RuntimeError as exc:
-            warnings.warn(f"{exc}; using gemm_reference", RuntimeWarning, stacklevel=2)
+        except RuntimeError:
+            pass  # disabled now; warned about below
         else:
-            return gemm_fast(a, b)
+            return _run_kernel(a, b, *dims)
+    warn_fallback("gemm", _state["error"] or "FAST_PATH_AVAILABLE was set to False")
     return gemm_reference(a, b)

@@ -49,7 +49,10 @@ def execute_fp16(program, inputs, fast: bool = True, target=None, observe=None) 
     """Run ``program`` in the engine's fp16 arithmetic; inputs are fp16 arrays.
 
     ``fast`` selects the compiled kernels (matmul, batch_norm); ``fast=False`` is the plain NumPy
-    reference interpreter. Both give the same bits. ``target`` (a name, Target or
+    reference interpreter. Both give the same bits. A compiled kernel that cannot load
+    here (numba does not import, the kernel does not compile or fails its first-use check)
+    hands every call to the reference, with one ``FastPathWarning`` per process saying
+    why (:mod:`aneforge.emulator.gemm`). ``target`` (a name, Target or
     ChipNumerics) emulates that chip's family; ``None`` is the generic model (the
     program's own ``target`` is the device's business, not the executor's).
     ``observe(index, node, value)``, when given, sees every node's value as it is made
