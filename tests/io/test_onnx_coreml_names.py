@@ -127,7 +127,11 @@ def test_function_bodies_multi_output_nodes_and_pass_throughs():
     model = _model(
         nodes,
         [_vi("x", (1, 2, 3, 4))],
-        [_vi("same", (1, 2, 3, 2)), _vi("idx", (1, 2, 3, 2)), _vi("mvn_out", (1, 2, 3, 4))],
+        [
+            _vi("same", (1, 2, 3, 2)),
+            helper.make_tensor_value_info("idx", TensorProto.INT64, [1, 2, 3, 2]),
+            _vi("mvn_out", (1, 2, 3, 4)),
+        ],
         [numpy_helper.from_array(np.array([2], np.int64), "k")],
     )
     graph = _import(model)

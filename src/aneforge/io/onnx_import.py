@@ -1,8 +1,14 @@
 """ONNX import: ``from_onnx(model) -> OnnxGraph``, an aneforge graph of the same model.
 
 Inputs: an ``onnx.ModelProto``, a path to a ``.onnx`` file or its bytes, default-domain
-opset 13 or newer. Output: an :class:`OnnxGraph` whose ``inputs`` and ``outputs`` are
-aneforge Tensors in ONNX order; ``.compile()`` turns it into a Program.
+opset 13 or newer, that ``onnx.checker`` accepts (full check). Models are untrusted:
+how files, bytes and external data are read is in :mod:`.onnx_load`, and every size
+import would allocate is checked first (:mod:`.onnx_sizes`). Output: an
+:class:`OnnxGraph` whose ``inputs`` and ``outputs`` are aneforge Tensors in ONNX order;
+``.compile()`` turns it into a Program. The module is split by job: errors in
+:mod:`.onnx_errors`, values and the handler context in :mod:`.onnx_values`, function
+expansion in :mod:`.onnx_functions`, names in :mod:`.onnx_graph`, the op table in
+:mod:`.onnx_ops`.
 
 How values are handled (the contract the tests check):
 
@@ -61,13 +67,36 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import AneforgeError, AneforgeWarning, PrecisionWarning
+from ..errors import AneforgeError, SizeLimitError
 from ..graph.fp16 import FP16_MAX
-from ..graph.tensor import Tensor, creation_mark, input, make, weight
+from ..graph.tensor import Tensor, creation_mark, input, weight
+from ..limits import check_elements
+from .onnx_errors import (
+    ConstantSaturationWarning,
+    NotExpressible,
+    OnnxImportError,
+    OnnxImportWarning,
+    UnsupportedModelError,
+)
+from .onnx_functions import FunctionExpansion
 from .onnx_graph import NodeNames, apply_names, node_label, topological
+from .onnx_load import DEFAULT_DOMAINS, MIN_OPSET, load_model, one_line
+from .onnx_sizes import GROWING_OPS, check_node_outputs
+from .onnx_values import BROKEN, Broken, Cx, Host, Unsupported, attrs, host_eval, is_float
 
-MIN_OPSET = 13
-_DEFAULT_DOMAINS = ("", "ai.onnx")
+__all__ = [
+    "MIN_OPSET",
+    "ConstantSaturationWarning",
+    "Host",
+    "NotExpressible",
+    "OnnxGraph",
+    "OnnxImportError",
+    "OnnxImportWarning",
+    "UnsupportedModelError",
+    "from_onnx",
+    "host_eval",
+]
+
 _RANDOM_OPS = {
     "RandomNormal",
     "RandomUniform",
@@ -76,61 +105,6 @@ _RANDOM_OPS = {
     "Bernoulli",
     "Multinomial",
 }
-
-
-class OnnxImportError(AneforgeError, ValueError):
-    """The model cannot be read as given: opset, dynamic dims, integer inputs, ..."""
-
-
-class UnsupportedModelError(AneforgeError, ValueError):
-    """The model uses ops or attributes aneforge cannot express (all of them listed).
-
-    Attributes:
-        op_counts: unsupported op type -> number of nodes.
-        problems: one line per node whose attributes or inputs cannot be expressed.
-        bind_inputs: graph inputs that feed parameters (scales, pads, indices...) which
-            must be known at import; ``constants={name: value}`` binds them.
-    """
-
-    def __init__(self, message: str, op_counts=None, problems=None, bind_inputs=None):
-        super().__init__(message)
-        self.op_counts = dict(op_counts or {})
-        self.problems = list(problems or [])
-        self.bind_inputs = list(bind_inputs or [])
-
-
-class OnnxImportWarning(AneforgeWarning):
-    """Something in the model changed on import (see the message)."""
-
-
-class ConstantSaturationWarning(OnnxImportWarning, PrecisionWarning):
-    """Constants beyond the fp16 range were saturated to +-65504."""
-
-
-class NotExpressible(Exception):
-    """Raised by an op handler: this node's attributes or inputs cannot be expressed."""
-
-
-class _Unsupported(Exception):
-    """Raised by the dispatcher: no handler and no function body for this op type."""
-
-
-@dataclass(eq=False)
-class Host:
-    """A value known at import: a NumPy array (any dtype), never sent as such to the
-    device. ``recipe`` (node, inputs, opset, index) rebuilds a float value computed from
-    constants with fp16 graph ops when it is used as data; ``label`` names it."""
-
-    value: np.ndarray
-    label: str = ""
-    recipe: tuple | None = None
-
-
-class _Broken:
-    """Stands for the outputs of a node that failed, so later nodes are skipped."""
-
-
-_BROKEN = _Broken()
 
 
 @dataclass
@@ -168,11 +142,14 @@ class OnnxGraph:
         return f"<OnnxGraph {self.name!r}: ({ins}) -> ({outs})>"
 
 
-def from_onnx(model, shapes=None, constants=None, input_ranges=None) -> OnnxGraph:
+def from_onnx(model, shapes=None, constants=None, input_ranges=None, base_dir=None) -> OnnxGraph:
     """Import an ONNX model (ModelProto, path or bytes) as an aneforge graph.
 
     Args:
         model: an ``onnx.ModelProto``, a path to a ``.onnx`` file, or serialized bytes.
+            Files and bytes are untrusted input (:mod:`.onnx_load`): a path must be a
+            regular file within ``$ANEFORGE_MAX_FILE_BYTES``, and every model must pass
+            ``onnx.checker.check_model(model, full_check=True)``.
         shapes: ``{input_name: shape}`` fixing inputs with symbolic or unknown dims.
         constants: ``{input_name: array}`` binding graph inputs to fixed values at import
             (integer inputs such as token positions or indices must be bound).
@@ -180,15 +157,23 @@ def from_onnx(model, shapes=None, constants=None, input_ranges=None) -> OnnxGrap
             be fed, declared on the graph's inputs as ``af.input(..., range=...)`` does
             (:func:`aneforge.range_analysis` and ``compile`` then find where it can
             overflow); inputs not named stay unknown.
+        base_dir: the folder external data files are read from. A model loaded from a
+            path reads them from its own folder by default; bytes and ModelProtos have
+            no folder, so their external data is refused unless ``base_dir`` is given.
+            Locations leaving the folder (absolute, ``..``, symlinks out) are refused.
 
     Returns:
-        An :class:`OnnxGraph`. Raises :class:`OnnxImportError` for unreadable models,
-        opsets older than 13 and unresolved dynamic dims, and one
-        :class:`UnsupportedModelError` listing everything that cannot be expressed.
+        An :class:`OnnxGraph`. Raises :class:`OnnxImportError` for unreadable or invalid
+        models (the checker's reason), opsets older than 13 or newer than onnx knows, and
+        unresolved dynamic dims; :class:`~aneforge.errors.SizeLimitError` for a tensor
+        (a declared input, an initializer, a folded constant) past
+        ``$ANEFORGE_MAX_ELEMENTS``; and one :class:`UnsupportedModelError` listing
+        everything that cannot be expressed.
     """
     onnx = _onnx()
-    proto = _load(onnx, model)
-    importer = _Importer(onnx, proto, dict(shapes or {}), dict(constants or {}))
+    proto, opset, inferred = load_model(onnx, model, base_dir)
+    importer = _Importer(onnx, proto, opset, dict(shapes or {}), dict(constants or {}))
+    importer.inferred = inferred
     importer.ranges = dict(input_ranges or {})
     return importer.run()
 
@@ -203,39 +188,10 @@ def _onnx():
     return onnx
 
 
-def _load(onnx, model):
-    if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(model))
-    if isinstance(model, str) or hasattr(model, "__fspath__"):
-        try:
-            return onnx.load(model)
-        except FileNotFoundError:
-            raise OnnxImportError(f"from_onnx: no such file: {model}") from None
-        except Exception as err:  # a truncated or foreign file
-            raise OnnxImportError(f"from_onnx: cannot read {model} as ONNX: {err}") from None
-    raise OnnxImportError(
-        f"from_onnx: expected an onnx.ModelProto, a path or bytes, got {type(model).__name__}"
-    )
-
-
-def _attrs(onnx, node) -> dict:
-    out = {}
-    for a in node.attribute:
-        value = onnx.helper.get_attribute_value(a)
-        if isinstance(value, bytes):
-            value = value.decode()
-        elif isinstance(value, list) and value and isinstance(value[0], bytes):
-            value = [v.decode() for v in value]
-        out[a.name] = value
-    return out
-
-
-class _Importer:
+class _Importer(FunctionExpansion):
     """One import: the value environment, constant handling and the node loop."""
 
-    def __init__(self, onnx, model, shapes, constants):
+    def __init__(self, onnx, model, opset, shapes, constants):
         self.onnx = onnx
         self.model = model
         self.shapes = shapes
@@ -255,22 +211,10 @@ class _Importer:
         self.depth = 0  # > 0 inside a function body, whose names are local
         self.local_functions = {(f.domain, f.name): f for f in model.functions}
         self.names = NodeNames()  # the ONNX node names, put on the graph at the end
-        self.opset = self._check_opset()
+        self.opset = opset
+        self.inferred = None  # the model with ONNX's inferred shapes, from the checker
 
     # ---- set-up ----------------------------------------------------------------------
-    def _check_opset(self) -> int:
-        versions = {o.domain: o.version for o in self.model.opset_import}
-        version = versions.get("", versions.get("ai.onnx"))
-        if version is None:  # only other domains: their ops are listed as unsupported
-            return int(self.onnx.defs.onnx_opset_version())
-        if version < MIN_OPSET:
-            raise OnnxImportError(
-                f"from_onnx: the model uses ONNX opset {version}; aneforge imports opset "
-                f"{MIN_OPSET} and newer. Convert it first: "
-                f"onnx.version_converter.convert_version(model, {MIN_OPSET})"
-            )
-        return version
-
     def _input_shape(self, vi) -> tuple[int, ...]:
         name = vi.name
         if not vi.type.HasField("tensor_type"):
@@ -278,7 +222,7 @@ class _Importer:
         tt = vi.type.tensor_type
         dims = list(tt.shape.dim) if tt.HasField("shape") else None
         if name in self.shapes:
-            shape = tuple(int(d) for d in self.shapes[name])
+            shape = _given_shape(name, self.shapes[name])
             if dims is not None and len(dims) != len(shape):
                 raise OnnxImportError(
                     f"from_onnx: shapes['{name}'] = {shape} has rank {len(shape)} but the "
@@ -290,6 +234,7 @@ class _Importer:
                         f"from_onnx: shapes['{name}'] = {shape} conflicts with the model's "
                         f"static size {d.dim_value} on axis {i}"
                     )
+            check_elements(shape, f"from_onnx: input '{name}' (shapes=)")
             return shape
         if dims is None:
             raise OnnxImportError(
@@ -305,15 +250,19 @@ class _Importer:
                 f"from_onnx: input '{name}' has dynamic dims at {where}; aneforge compiles "
                 f"static shapes: pass shapes={{'{name}': (...)}} to from_onnx"
             )
-        return tuple(int(d.dim_value) for d in dims)
+        shape = tuple(int(d.dim_value) for d in dims)
+        check_elements(shape, f"from_onnx: input '{name}' (its declared shape)")
+        return shape
 
     def _infer_types(self) -> None:
         """Element types of every value ONNX shape inference can name (best effort)."""
-        try:
-            inferred = self.onnx.shape_inference.infer_shapes(self.model)
-        except Exception as err:  # inference is advisory: shapes come from aneforge
-            self.note(f"ONNX shape inference failed ({err}); continuing without it")
-            inferred = self.model
+        inferred = self.inferred
+        if inferred is None:
+            try:
+                inferred = self.onnx.shape_inference.infer_shapes(self.model)
+            except Exception as err:  # inference is advisory: shapes come from aneforge
+                self.note(f"ONNX shape inference failed ({err}); continuing without it")
+                inferred = self.model
         g = inferred.graph
         for vi in [*g.input, *g.output, *g.value_info]:
             if vi.type.HasField("tensor_type"):
@@ -324,6 +273,17 @@ class _Importer:
                     self.static_shapes[vi.name] = tuple(d.dim_value for d in dims)
         for init in g.initializer:
             self.types[init.name] = init.data_type
+
+    def initializer(self, init) -> np.ndarray:
+        """An initializer's value; its size is checked before it is unpacked."""
+        check_elements(tuple(init.dims), f"from_onnx: initializer '{init.name}'")
+        try:
+            return np.asarray(self.onnx.numpy_helper.to_array(init))
+        except Exception as err:  # a tensor the checker let through but numpy cannot read
+            raise OnnxImportError(
+                f"from_onnx: initializer '{init.name}' (dims {list(init.dims)}, "
+                f"{_type_name(self.onnx, init.data_type)}) cannot be read: {one_line(err)}"
+            ) from None
 
     def _range(self, name: str):
         """The declared range of input ``name`` (None: unknown); af.input checks it."""
@@ -336,19 +296,19 @@ class _Importer:
         self._infer_types()
         env: dict = {}
         for init in graph.initializer:
-            env[init.name] = Host(onnx.numpy_helper.to_array(init), label=init.name)
+            env[init.name] = Host(self.initializer(init), label=init.name)
         inputs, names = [], []
         int_inputs = []
         for vi in graph.input:
             if vi.name in env and vi.name not in self.constants:
                 continue  # an initializer listed as an input: its default value
             if vi.name in self.constants:
-                env[vi.name] = Host(np.asarray(self.constants[vi.name]), label=vi.name)
+                env[vi.name] = Host(_bound_constant(vi.name, self.constants), label=vi.name)
                 continue
             elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
-            if not (_is_float(onnx, elem) or elem == onnx.TensorProto.BOOL):
-                int_inputs.append(f"'{vi.name}' ({onnx.helper.tensor_dtype_to_string(elem)})")
-                env[vi.name] = _BROKEN
+            if not (is_float(onnx, elem) or elem == onnx.TensorProto.BOOL):
+                int_inputs.append(f"'{vi.name}' ({_type_name(onnx, elem)})")
+                env[vi.name] = BROKEN
                 continue
             t = input(self._input_shape(vi), name=vi.name, range=self._range(vi.name))
             env[vi.name] = t
@@ -371,13 +331,13 @@ class _Importer:
         self.convert(graph.node, env, self.opset)
         outputs = []
         for vi in graph.output:
-            value = env.get(vi.name, _BROKEN)
-            if isinstance(value, _Broken) or value is None:
+            value = env.get(vi.name, BROKEN)
+            if isinstance(value, Broken) or value is None:
                 outputs.append(None)
                 continue
             try:
                 outputs.append(self.t(value))
-            except NotExpressible as err:  # e.g. an empty output
+            except (NotExpressible, Unsupported) as err:  # e.g. an empty output
                 self.problems.append(f"output '{vi.name}': {err}")
                 outputs.append(None)
         self._raise_if_unsupported()
@@ -453,13 +413,13 @@ class _Importer:
                 elif name in env:
                     ins.append(env[name])
                 else:
-                    ins.append(_BROKEN)
+                    ins.append(BROKEN)
                     self.problems.append(
                         f"{node.op_type} '{node_label(node)}': input '{name}' is never produced"
                     )
-            if any(isinstance(v, _Broken) for v in ins):
+            if any(isinstance(v, Broken) for v in ins):
                 self.skipped += 1
-                outs = [_BROKEN] * len(node.output)
+                outs = [BROKEN] * len(node.output)
             else:
                 mark = creation_mark()
                 outs = self._convert_node(node, ins, opset, env)
@@ -470,16 +430,28 @@ class _Importer:
 
     def _convert_node(self, node, ins, opset, env):
         op = node.op_type
-        key = op if node.domain in _DEFAULT_DOMAINS else f"{node.domain}.{op}"
+        default = node.domain in DEFAULT_DOMAINS
+        key = op if default else f"{node.domain}.{op}"
+        on_host = all(v is None or isinstance(v, Host) for v in ins)
+        if default and (on_host or op in GROWING_OPS):
+            self._check_sizes(node, ins, opset)  # before anything is allocated
         try:
-            if node.domain in _DEFAULT_DOMAINS and op in _RANDOM_OPS:
-                raise _Unsupported(key)
-            if all(v is None or isinstance(v, Host) for v in ins):
+            if default and op in _RANDOM_OPS:
+                raise Unsupported(key)
+            if on_host:
                 folded = self._fold(node, ins, opset)
                 if folded is not None:
                     return folded
-            return self.dispatch(node, ins, opset, env)
-        except _Unsupported as err:
+            outs = self.dispatch(node, ins, opset, env)
+            for name, value in zip(node.output, outs):
+                if isinstance(value, Tensor):
+                    check_elements(
+                        value.shape, f"from_onnx: {op} '{node_label(node)}' output '{name}'"
+                    )
+            return outs
+        except (SizeLimitError, OnnxImportError):  # the whole model is refused
+            raise
+        except Unsupported as err:
             self.unsupported[str(err)] += 1
             names = self.unsupported_nodes.setdefault(str(err), [])
             if len(names) < 3:
@@ -488,19 +460,34 @@ class _Importer:
             self.problems.append(f"{op} '{node_label(node)}': {err}")
         return self._placeholders(node)
 
+    def _check_sizes(self, node, ins, opset) -> None:
+        """Refuse ``node`` if an output would pass the element limit (onnx_sizes)."""
+        values = []
+        for name, value in zip(node.input, ins):
+            if value is None:
+                values.append(None)
+            elif isinstance(value, Host):
+                values.append(np.asarray(value.value))
+            elif isinstance(value, Tensor):
+                elem = self.types.get(name) if not self.depth else None
+                values.append((value.shape, elem or self.onnx.TensorProto.FLOAT))
+            else:
+                return
+        check_node_outputs(self.onnx, node, values, opset, node_label(node))
+
     def _placeholders(self, node) -> list:
         """Stand-ins for a failed node's outputs, so later nodes still get checked."""
         outs = []
         for name in node.output:
             elem = self.types.get(name) if not self.depth else None
             shape = self.static_shapes.get(name) if not self.depth else None
-            if shape is None or elem is None or not _is_float(self.onnx, elem):
-                outs.append(_BROKEN)
+            if shape is None or elem is None or not is_float(self.onnx, elem):
+                outs.append(BROKEN)
             else:
                 try:
                     outs.append(input(shape, name=f"<{name}>"))
                 except AneforgeError:  # e.g. a rank the engine cannot hold
-                    outs.append(_BROKEN)
+                    outs.append(BROKEN)
         return outs
 
     def dispatch(self, node, ins, opset, env=None):
@@ -508,20 +495,20 @@ class _Importer:
         from .onnx_ops import HANDLERS
 
         op = node.op_type
-        default = node.domain in _DEFAULT_DOMAINS
+        default = node.domain in DEFAULT_DOMAINS
         handler = HANDLERS.get(op) if default else None
         if handler is not None:
-            cx = _Cx(self, node, opset, env)
-            outs = handler(cx, node, ins, _attrs(self.onnx, node))
+            cx = Cx(self, node, opset, env)
+            outs = handler(cx, node, ins, attrs(self.onnx, node))
             outs = list(outs) + [None] * (len(node.output) - len(outs))
             for name, value in zip(node.output, outs):
                 if name and value is None:
                     raise NotExpressible(f"output '{name}' is not supported")
             return outs
-        body = self._function_body(node, ins, opset)
+        body = self.function_body(node, ins, opset)
         if body is None:
-            raise _Unsupported(op if default else f"{node.domain}.{op}")
-        return self._expand(node, ins, body)
+            raise Unsupported(op if default else f"{node.domain}.{op}")
+        return self.expand(node, ins, body)
 
     # ---- host folding ----------------------------------------------------------------
     def _fold(self, node, ins, opset):
@@ -529,8 +516,8 @@ class _Importer:
         None when it cannot (the node then goes through its handler)."""
         from .onnx_ops import EXACT_ON_HOST, HANDLERS
 
-        if node.domain not in _DEFAULT_DOMAINS or node.op_type == "If":
-            return None
+        if node.domain not in DEFAULT_DOMAINS or _has_subgraph(node):
+            return None  # If, Loop, Scan: their handlers convert the body node by node
         try:
             values = host_eval(node, [None if v is None else v.value for v in ins], opset)
         except Exception:
@@ -546,124 +533,39 @@ class _Importer:
             outs.append(Host(arr, label=name, recipe=recipe))
         return outs
 
-    def _function_body(self, node, ins, opset):
-        onnx = self.onnx
-        local = self.local_functions.get((node.domain, node.op_type))
-        if local is not None:
-            return local
-        domain = "" if node.domain in _DEFAULT_DOMAINS else node.domain
-        if domain:  # another standard domain (ai.onnx.preview, ...): its own opset
-            versions = {o.domain: o.version for o in self.model.opset_import}
-            opset = versions.get(domain, 1)
-        try:
-            schema = onnx.defs.get_schema(node.op_type, opset, domain)
-        except Exception:
-            return None
-        if schema.has_function:
-            versions = [v for v in schema.function_opset_versions if v <= opset]
-            if versions:
-                body = schema.get_function_with_opset_version(max(versions))
-                if isinstance(body, bytes):
-                    parsed = onnx.FunctionProto()
-                    parsed.ParseFromString(body)
-                    body = parsed
-                return body
-        if schema.has_context_dependent_function:
-            versions = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
-            if not versions:
-                return None
-            types = [
-                self._type_proto(v, name).SerializeToString()
-                for v, name in zip(ins, node.input)
-                if v is not None
-            ]
-            try:
-                raw = schema.get_context_dependent_function_with_opset_version(
-                    max(versions), node.SerializeToString(), types
-                )
-            except Exception:
-                return None
-            body = onnx.FunctionProto()
-            body.ParseFromString(raw)
-            return body
-        return None
-
-    def _type_proto(self, value, name):
-        onnx = self.onnx
-        if isinstance(value, Host):
-            elem = onnx.helper.np_dtype_to_tensor_dtype(value.value.dtype)
-            return onnx.helper.make_tensor_type_proto(elem, value.value.shape)
-        elem = self.types.get(name) if not self.depth else None
-        return onnx.helper.make_tensor_type_proto(elem or onnx.TensorProto.FLOAT, value.shape)
-
-    def _expand(self, node, ins, body):
-        """Convert ``node`` as the nodes of its function ``body``."""
-        onnx = self.onnx
-        caller = {a.name: a for a in node.attribute}
-        defaults = {a.name: a for a in body.attribute_proto}
-        try:  # a schema function's attribute defaults live in the schema
-            schema = onnx.defs.get_schema(node.op_type, self.opset, node.domain)
-            for name, spec in schema.attributes.items():
-                if spec.default_value.name and name not in defaults:
-                    defaults[name] = spec.default_value
-        except Exception:  # a model-local function: defaults are in attribute_proto
-            pass
-        sub: dict = {}
-        for formal, value in zip(body.input, ins):
-            if value is not None:
-                sub[formal] = value
-        nodes = []
-        for inner in body.node:
-            copy = onnx.NodeProto()
-            copy.CopyFrom(inner)
-            del copy.attribute[:]
-            for a in inner.attribute:
-                if a.ref_attr_name:
-                    src = caller.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
-                    if src is None:
-                        continue
-                    b = onnx.AttributeProto()
-                    b.CopyFrom(src)
-                    b.name = a.name
-                    copy.attribute.append(b)
-                else:
-                    copy.attribute.append(a)
-            if not copy.name:
-                copy.name = f"{node_label(node)}/{inner.op_type}"
-            nodes.append(copy)
-        versions = {o.domain: o.version for o in body.opset_import}
-        opset = versions.get("", versions.get("ai.onnx", self.opset))
-        saved = (list(self.problems), Counter(self.unsupported), self.skipped)
-        self.depth += 1
-        try:
-            self.convert(nodes, sub, opset)
-        finally:
-            self.depth -= 1
-        if (self.problems, self.unsupported) != saved[:2]:
-            inner = [p for p in self.problems if p not in saved[0]]
-            inner += [f"{op} (unsupported)" for op in self.unsupported - saved[1]]
-            self.problems, self.unsupported, self.skipped = saved
-            default = node.domain in _DEFAULT_DOMAINS
-            key = node.op_type if default else f"{node.domain}.{node.op_type}"
-            self.details.setdefault(key, inner[:2])
-            raise _Unsupported(key)
-        return [
-            sub.get(formal, _BROKEN) if name else None
-            for formal, name in zip(body.output, node.output)
-        ]
-
     # ---- values ----------------------------------------------------------------------
     def t(self, value) -> Tensor:
         """``value`` as a graph tensor: host constants become fp16 weights."""
         if isinstance(value, Tensor):
             return value
         if isinstance(value, Host):
-            cached = self.weights.get(id(value))
-            if cached is None:  # keep the Host alive with its weight: ids stay unique
-                cached = (value, self._materialize(value))
-                self.weights[id(value)] = cached
-            return cached[1]
+            if id(value) not in self.weights:
+                self._materialize_chain(value)
+            return self.weights[id(value)][1]
         raise NotExpressible(f"expected a tensor, got {type(value).__name__}")
+
+    def _materialize_chain(self, host: Host) -> None:
+        """Materialize ``host`` into ``self.weights``, the recipe values it is rebuilt
+        from first, with an explicit stack: a long chain of constant arithmetic must
+        not recurse once per link."""
+        stack = [host]
+        while stack:
+            h = stack[-1]
+            if id(h) in self.weights:
+                stack.pop()
+                continue
+            pending = []
+            if h.recipe is not None and ("recipe", id(h.recipe[0])) not in self.weights:
+                pending = [
+                    v
+                    for v in dict.fromkeys(h.recipe[1])
+                    if isinstance(v, Host) and v.recipe is not None and id(v) not in self.weights
+                ]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()  # keep the Host alive with its weight: ids stay unique
+            self.weights[id(h)] = (h, self._materialize(h))
 
     def _materialize(self, host: Host) -> Tensor:
         if host.recipe is not None:
@@ -694,112 +596,43 @@ class _Importer:
         return weight(arr.astype(np.float16), name=host.label or None)
 
 
-class _Cx:
-    """What an op handler sees: the importer's value helpers and the opset."""
-
-    def __init__(self, importer: _Importer, node, opset: int, env=None):
-        self.importer = importer
-        self.node = node
-        self.opset = opset
-        self.env = env if env is not None else {}  # the enclosing scope (subgraphs)
-
-    def attrs(self, node) -> dict:
-        """A node's attributes as Python values."""
-        return _attrs(self.importer.onnx, node)
-
-    def subgraph(self, graph, bindings: dict) -> list:
-        """Convert the nodes of ``graph`` in the enclosing scope plus ``bindings``;
-        returns its outputs (a failed one raises NotExpressible)."""
-        sub = dict(self.env)
-        sub.update(bindings)
-        self.importer.convert(graph.node, sub, self.opset)
-        outs = [sub.get(o.name, _BROKEN) for o in graph.output]
-        if any(isinstance(v, _Broken) for v in outs):
-            raise NotExpressible(f"its subgraph '{graph.name}' cannot be expressed")
-        return outs
-
-    def t(self, value) -> Tensor:
-        """A data operand as a graph tensor (constants become fp16 weights)."""
-        return self.importer.t(value)
-
-    def arr(self, value, what: str) -> np.ndarray:
-        """A parameter operand as its exact host value; a graph tensor is refused, naming
-        the graph inputs it comes from (bind them with ``constants=``)."""
-        if isinstance(value, Host):
-            return np.asarray(value.value)
-        if isinstance(value, Tensor) and value.op == "weight":
-            return np.asarray(value.value, dtype=np.float64)
-        names = _source_inputs(value) if isinstance(value, Tensor) else []
-        self.importer.bind_hints.update(names)
-        hint = ""
-        if names:
-            shown = ", ".join(f"'{n}'" for n in names)
-            hint = f"; it comes from graph input(s) {shown}: bind them with constants="
-        raise NotExpressible(
-            f"{what} must be a constant (known at import), but it is computed on the device{hint}"
+def _given_shape(name: str, shape) -> tuple[int, ...]:
+    """``shapes[name]`` as a tuple of ints; anything else is refused, not coerced."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        dims = None
+    if dims is None or not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) for d in dims
+    ):
+        raise OnnxImportError(
+            f"from_onnx: shapes['{name}'] = {shape!r} must be a tuple of integers"
         )
-
-    def ints(self, value, what: str) -> list[int]:
-        """A constant integer list (scalars become one-element lists)."""
-        return [int(v) for v in self.arr(value, what).reshape(-1)]
-
-    def is_const(self, value) -> bool:
-        """Whether ``value`` is known at import."""
-        return isinstance(value, Host) or (isinstance(value, Tensor) and value.op == "weight")
-
-    def op(self, name: str, *srcs, **attrs) -> Tensor:
-        """Build an aneforge node; one whose sources are all weights folds in fp16."""
-        srcs = [self.t(s) if not isinstance(s, (int, float)) else s for s in srcs]
-        node = make(name, *srcs, **attrs)
-        if node.srcs and all(s.op == "weight" for s in node.srcs):
-            return _fold_fp16(node)
-        return node
-
-    def note(self, msg: str) -> None:
-        """An import warning naming this node."""
-        self.importer.note(f"{self.node.op_type} '{node_label(self.node)}': {msg}")
-
-    def type_of(self, name: str):
-        """The ONNX element type of value ``name`` when shape inference knows it."""
-        return self.importer.types.get(name)
+    return tuple(int(d) for d in dims)
 
 
-def host_eval(node, arrays, opset: int) -> list[np.ndarray]:
-    """Outputs of ``node`` on host arrays (None for absent inputs), by ``onnx.reference``:
-    the exact ONNX semantics, used for constants and for index maps of movement ops."""
-    from onnx.reference import ReferenceEvaluator
-
-    feeds = {n: a for n, a in zip(node.input, arrays) if n and a is not None}
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        evaluator = ReferenceEvaluator(node, opsets={"": opset})
-        return [np.asarray(v) for v in evaluator.run(None, feeds)]
-
-
-def _fold_fp16(node: Tensor) -> Tensor:
-    """Evaluate a node of weights with its fp16 emulator kernel: a weight."""
-    from ..emulator.gemm import gemm_reference
-    from ..graph.registry import get_op
-
-    value = get_op(node.op).emulate([s.value for s in node.srcs], node.attrs, gemm_reference)
-    value = np.asarray(value, dtype=np.float16).reshape(node.shape)
-    return weight(value)
+def _bound_constant(name: str, constants: dict) -> np.ndarray:
+    """``constants[name]`` as an array of numbers (size-checked)."""
+    try:
+        value = np.asarray(constants[name])
+    except (ValueError, TypeError) as err:  # a ragged list, a foreign object
+        raise OnnxImportError(
+            f"from_onnx: constants['{name}'] is not an array ({one_line(err)})"
+        ) from None
+    if value.dtype.kind not in "biuf":
+        raise OnnxImportError(
+            f"from_onnx: constants['{name}'] has dtype {value.dtype}; bind numbers"
+        )
+    check_elements(value.shape, f"from_onnx: constants['{name}']")
+    return value
 
 
-def _source_inputs(t: Tensor) -> list[str]:
-    """Names of the graph inputs ``t`` is computed from."""
-    seen, stack, names = set(), [t], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.op == "input" and node.name and not node.name.startswith("<"):
-            names.add(node.name)
-        stack.extend(node.srcs)
-    return sorted(names)
+def _type_name(onnx, elem: int) -> str:
+    try:
+        return onnx.helper.tensor_dtype_to_string(elem)
+    except Exception:  # not an element type onnx knows
+        return f"element type {elem}"
 
 
-def _is_float(onnx, elem: int) -> bool:
-    tp = onnx.TensorProto
-    return elem in (tp.FLOAT, tp.FLOAT16, tp.DOUBLE, tp.BFLOAT16)
+def _has_subgraph(node) -> bool:
+    return any(a.type in (a.GRAPH, a.GRAPHS) for a in node.attribute)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .onnx_import import Host, NotExpressible
+from .onnx_errors import NotExpressible
 from .onnx_ops import (
     handles,
     keep_shape,
@@ -25,6 +25,7 @@ from .onnx_ops import (
     slice_axis,
     take,
 )
+from .onnx_values import Host
 
 # ---- contractions ---------------------------------------------------------------------
 

@@ -26,7 +26,8 @@ import math
 
 import numpy as np
 
-from .onnx_import import Host, NotExpressible
+from .onnx_errors import NotExpressible
+from .onnx_values import Host
 
 HANDLERS: dict = {}
 #: Ops whose evaluation on host constants moves values without arithmetic, so a float

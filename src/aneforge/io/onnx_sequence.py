@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .onnx_import import Host, NotExpressible
+from .onnx_errors import NotExpressible
 from .onnx_ops import handles, matmul, norm_axis, pad_constant, reshape, slice_axis, take
+from .onnx_values import Host
 
 # ---- activations -------------------------------------------------------------------------
 
@@ -395,11 +396,15 @@ def _stft(cx, node, ins, at):
 
 # ---- Scan ------------------------------------------------------------------------------------
 
+_MAX_UNROLL = 4096  # the most steps a Scan or Loop is unrolled into
+
 
 @handles("Scan")
 def _scan(cx, node, ins, at):
     """``Scan`` over its static sequence length: the body converted once per step."""
     body, m = at["body"], at["num_scan_inputs"]
+    if not 0 < m <= len(ins):
+        raise NotExpressible(f"num_scan_inputs={m} with {len(ins)} inputs")
     n = len(ins) - m
     states, scans = list(ins[:n]), ins[n:]
     k = len(body.output) - n
@@ -407,11 +412,17 @@ def _scan(cx, node, ins, at):
     out_axes = list(at.get("scan_output_axes", [0] * k))
     out_dirs = list(at.get("scan_output_directions", [0] * k))
     shapes = [np.shape(v.value) if isinstance(v, Host) else v.shape for v in scans]
+    if any(len(s) == 0 for s in shapes):
+        raise NotExpressible("a scalar scan input has no axis to scan")
     in_axes = [a % len(s) for a, s in zip(at.get("scan_input_axes", [0] * m), shapes)]
     lengths = {s[a] for s, a in zip(shapes, in_axes)}
     if len(lengths) != 1:
         raise NotExpressible(f"scan inputs of different lengths {sorted(lengths)}")
     steps = lengths.pop()
+    if steps > _MAX_UNROLL:
+        raise NotExpressible(f"{steps} steps to unroll (aneforge unrolls at most {_MAX_UNROLL})")
+    if steps == 0 and k:
+        raise NotExpressible("a scan of length 0 has empty scan outputs")
     collected = [[] for _ in range(k)]
     for t in range(steps):
         bind = {f.name: v for f, v in zip(body.input[:n], states)}
@@ -428,8 +439,14 @@ def _scan(cx, node, ins, at):
             collected[j].append(v)
     results = list(states)
     for j, items in enumerate(collected):
+        items = items[::-1] if out_dirs[j] else items
+        if items and all(isinstance(v, Host) for v in items):  # a constant scan stays exact
+            arrays = [np.asarray(v.value) for v in items]
+            axis = out_axes[j] % (arrays[0].ndim + 1)
+            results.append(Host(np.stack(arrays, axis=axis), label="scan output"))
+            continue
         parts = []
-        for v in items[::-1] if out_dirs[j] else items:
+        for v in items:
             v = cx.t(v)
             axis = out_axes[j] % (v.ndim + 1)
             parts.append(reshape(cx, v, v.shape[:axis] + (1,) + v.shape[axis:]))
@@ -438,8 +455,6 @@ def _scan(cx, node, ins, at):
 
 
 # ---- Loop ------------------------------------------------------------------------------------
-
-_MAX_UNROLL = 4096
 
 
 def _stack(cx, items):
@@ -450,16 +465,39 @@ def _stack(cx, items):
     return parts[0] if len(parts) == 1 else cx.op("concat", *parts, axis=0)
 
 
+def _scalar(cx, value, what: str):
+    values = cx.arr(value, what).reshape(-1)
+    if values.size != 1:
+        raise NotExpressible(f"{what} must hold one value, not {values.size}")
+    return values[0]
+
+
+def _keeps_condition(body) -> bool:
+    """Whether the body hands its condition input on unchanged (a counted loop)."""
+    out, given = body.output[0].name, body.input[1].name
+    return out == given or any(
+        n.op_type == "Identity" and list(n.input) == [given] and list(n.output) == [out]
+        for n in body.node
+    )
+
+
 @handles("Loop")
 def _loop(cx, node, ins, at):
     """``Loop`` unrolled: its trip count and every condition must be known at import."""
     body = at["body"]
-    trips = None if not ins or ins[0] is None else int(cx.arr(ins[0], "M").reshape(-1)[0])
+    trips = None if not ins or ins[0] is None else int(_scalar(cx, ins[0], "M"))
     cond = True
     if len(ins) > 1 and ins[1] is not None:
-        cond = bool(cx.arr(ins[1], "cond").reshape(-1)[0])
+        cond = bool(_scalar(cx, ins[1], "cond"))
     carried = list(ins[2:])
     n = len(carried)
+    if len(body.input) != 2 + n or len(body.output) < 1 + n:
+        raise NotExpressible(
+            f"its body takes {len(body.input)} inputs and gives {len(body.output)} outputs "
+            f"for {n} loop-carried values"
+        )
+    if trips is not None and trips > _MAX_UNROLL and cond and _keeps_condition(body):
+        raise NotExpressible(f"M={trips} iterations to unroll (at most {_MAX_UNROLL})")
     collected = [[] for _ in range(len(body.output) - 1 - n)]
     i = 0
     while cond and (trips is None or i < trips):
@@ -469,7 +507,7 @@ def _loop(cx, node, ins, at):
         bind[body.input[1].name] = Host(np.array(cond))
         bind.update({f.name: v for f, v in zip(body.input[2:], carried)})
         outs = cx.subgraph(body, bind)
-        cond = bool(cx.arr(outs[0], "the loop condition").reshape(-1)[0])
+        cond = bool(_scalar(cx, outs[0], "the loop condition"))
         carried = outs[1 : 1 + n]
         for j, v in enumerate(outs[1 + n :]):
             collected[j].append(v)

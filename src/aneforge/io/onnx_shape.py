@@ -15,7 +15,9 @@ import math
 
 import numpy as np
 
-from .onnx_import import Host, NotExpressible, host_eval
+from ..limits import check_elements
+from .onnx_errors import NotExpressible
+from .onnx_graph import node_label
 from .onnx_ops import (
     broadcast_to,
     full_like,
@@ -26,6 +28,7 @@ from .onnx_ops import (
     slice_axis,
     take,
 )
+from .onnx_values import Host, host_eval
 
 # ---- shape and movement -----------------------------------------------------------------
 
@@ -194,6 +197,8 @@ def _expand(cx, node, ins, at):
 def _tile(cx, node, ins, at):
     x = cx.t(ins[0])
     reps = cx.ints(ins[1], "repeats")
+    if len(reps) != x.ndim:
+        raise NotExpressible(f"repeats {reps} needs one value per axis of {x.shape}")
     for axis, r in enumerate(reps):
         if r < 1:
             raise NotExpressible(f"repeats {reps} would empty axis {axis}")
@@ -370,9 +375,16 @@ def _center_crop_pad(cx, node, ins, at):
 
 @handles("Range")
 def _range(cx, node, ins, at):
-    start, limit, delta = (cx.arr(v, w) for v, w in zip(ins, ("start", "limit", "delta")))
-    start, limit, delta = (np.asarray(v).reshape(()) for v in (start, limit, delta))
+    names = ("start", "limit", "delta")
+    start, limit, delta = (np.asarray(cx.arr(v, w)) for v, w in zip(ins, names))
+    for name, v in zip(names, (start, limit, delta)):
+        if v.size != 1 or v.dtype.kind not in "iuf" or not np.isfinite(v).all():
+            raise NotExpressible(f"{name}={v.tolist()} must be one finite number")
+    start, limit, delta = (v.reshape(()) for v in (start, limit, delta))
+    if float(delta) == 0:
+        raise NotExpressible("delta=0 never reaches the limit")
     count = max(int(math.ceil((float(limit) - float(start)) / float(delta))), 0)
+    check_elements(count, f"from_onnx: Range '{node_label(node)}' output")
     values = start + np.arange(count, dtype=start.dtype) * delta
     return [Host(values.astype(start.dtype), label=node.output[0])]
 

@@ -25,14 +25,22 @@ import math
 
 import numpy as np
 
-from .onnx_import import Host, NotExpressible, host_eval
+from ..limits import check_elements
+from .onnx_errors import NotExpressible
+from .onnx_graph import node_label
 from .onnx_ops import handles, matmul, pad_constant, reshape, slice_axis, take
+from .onnx_values import Host, host_eval
+
+#: The most kernel positions a window op is unrolled into (one slice each).
+_MAX_WINDOW = 1024
 
 
-def _spatial(at, name, nd, default):
+def _spatial(at, name, nd, default, least=None):
     value = list(at.get(name, [default] * nd))
     if len(value) != nd:
         raise NotExpressible(f"{name}={value} needs {nd} values")
+    if least is not None and any(v < least for v in value):
+        raise NotExpressible(f"{name}={value} must hold values >= {least}")
     return value
 
 
@@ -42,6 +50,8 @@ def _window_pads(at, sizes, kernel, strides, dils, ceil_mode=False):
     nd = len(sizes)
     auto = at.get("auto_pad", "NOTSET")
     pads = list(at.get("pads", [0] * 2 * nd))
+    if len(pads) != 2 * nd:
+        raise NotExpressible(f"pads={pads} needs {2 * nd} values (begins, then ends)")
     out = []
     for i, (n, k, s, d) in enumerate(zip(sizes, kernel, strides, dils)):
         span = (k - 1) * d + 1
@@ -80,7 +90,7 @@ def _conv(cx, node, ins, at):
             f"a {nd}-D convolution (kernel_shape={list(w.shape[2:])}) is not expressible; "
             "the engine convolves 1-D and 2-D"
         )
-    strides, dils = _spatial(at, "strides", nd, 1), _spatial(at, "dilations", nd, 1)
+    strides, dils = _spatial(at, "strides", nd, 1, 1), _spatial(at, "dilations", nd, 1, 1)
     geo = _window_pads(at, x.shape[2:], w.shape[2:], strides, dils)
     pads = tuple(g[0] for g in geo) + tuple(g[1] for g in geo)
     srcs = [x, w] + ([ins[2]] if len(ins) > 2 and ins[2] is not None else [])
@@ -102,8 +112,8 @@ def _conv_transpose(cx, node, ins, at):
     nd = x.ndim - 2
     if nd not in (1, 2):
         raise NotExpressible(f"a {nd}-D transposed convolution is not expressible")
-    strides, dils = _spatial(at, "strides", nd, 1), _spatial(at, "dilations", nd, 1)
-    opad = _spatial(at, "output_padding", nd, 0)
+    strides, dils = _spatial(at, "strides", nd, 1, 1), _spatial(at, "dilations", nd, 1, 1)
+    opad = _spatial(at, "output_padding", nd, 0, 0)
     kernel = w.shape[2:]
     auto = at.get("auto_pad", "NOTSET")
     if "output_shape" in at or auto in ("SAME_UPPER", "SAME_LOWER"):
@@ -150,8 +160,10 @@ def _pool_setup(cx, node, ins, at):
     nd = x.ndim - 2
     if nd < 1:
         raise NotExpressible(f"input {x.shape} has no spatial dims")
-    kernel = list(at["kernel_shape"])
-    strides, dils = _spatial(at, "strides", nd, 1), _spatial(at, "dilations", nd, 1)
+    if "kernel_shape" not in at:
+        raise NotExpressible("kernel_shape is required")
+    kernel = _spatial(at, "kernel_shape", nd, 1, 1)
+    strides, dils = _spatial(at, "strides", nd, 1, 1), _spatial(at, "dilations", nd, 1, 1)
     geo = _window_pads(at, x.shape[2:], kernel, strides, dils, bool(at.get("ceil_mode", 0)))
     return x, nd, kernel, strides, dils, geo
 
@@ -168,6 +180,11 @@ def _native_pads(geo, extra=True):
 
 def _window_slices(cx, x, kernel, strides, dils, geo):
     """The kernel's strided slices of the padded ``x``, in kernel C order."""
+    if math.prod(kernel) > _MAX_WINDOW:
+        raise NotExpressible(
+            f"kernel_shape={list(kernel)} unrolls into {math.prod(kernel)} window slices; "
+            f"aneforge unrolls at most {_MAX_WINDOW}"
+        )
     outs = []
     for offsets in itertools.product(*[range(k) for k in kernel]):
         y = x
@@ -385,6 +402,8 @@ def _kernel(at, ratio, scale):
         return np.array([0, 1]), np.array([0.0, 1.0] if right else [1.0, 0.0])
     anti = bool(at.get("antialias", 0)) and scale < 1
     s = min(scale, 1.0) if anti else 1.0
+    if anti and not (s > 0 and 4 / s < 2**20):  # its kernel spans about 4 / scale taps
+        raise NotExpressible(f"antialias at scale {scale:g} needs a kernel that wide")
     if mode == "linear":
         start = int(math.floor(-1 / s) + 1) if anti else 0
         offs = np.arange(start, 2 - start)
@@ -403,6 +422,7 @@ def _resize_matrix(at, n_in, n_out, scale, roi):
     x, outside = _source_coords(
         at.get("coordinate_transformation_mode", "half_pixel"), n_in, n_out, scale, roi
     )
+    check_elements((n_out, n_in), "from_onnx: Resize weight matrix")
     m = np.zeros((n_out, n_in))
     for j, xj in enumerate(x):
         base = math.floor(xj)
@@ -486,12 +506,18 @@ def _max_unpool(cx, node, ins, at):
     x = cx.t(ins[0])
     idx = cx.arr(ins[1], "I").astype(np.int64).reshape(-1)
     nd = x.ndim - 2
-    kernel = list(at["kernel_shape"])
-    strides, pads = _spatial(at, "strides", nd, 1), list(at.get("pads", [0] * 2 * nd))
+    if "kernel_shape" not in at:
+        raise NotExpressible("kernel_shape is required")
+    kernel = _spatial(at, "kernel_shape", nd, 1, 1)
+    strides, pads = _spatial(at, "strides", nd, 1, 1), _spatial(at, "pads", 2 * nd, 0)
     inferred = x.shape[:2] + tuple(
         (x.shape[2 + i] - 1) * strides[i] + kernel[i] - pads[i] - pads[i + nd] for i in range(nd)
     )
-    size = int(np.prod(inferred, dtype=np.int64))
+    if any(d < 1 for d in inferred):
+        raise NotExpressible(f"the unpooled shape {inferred} is empty")
+    size = check_elements(inferred, f"from_onnx: MaxUnpool '{node_label(node)}' output")
+    if idx.size != x.size or (idx.size and (idx.min() < 0 or idx.max() >= size)):
+        raise NotExpressible(f"indices I must be {x.size} positions in [0, {size})")
     source = np.full(size, x.size, dtype=np.int64)  # x.size: the appended zero
     source[idx] = np.arange(x.size)
     flat = cx.op("concat", reshape(cx, x, (x.size,)), cx.t(Host(np.zeros(1))), axis=0)

@@ -1,0 +1,61 @@
+"""The errors and warnings of ONNX import (:mod:`.onnx_import` re-exports them).
+
+- :class:`OnnxImportError`: the model cannot be read as given (not ONNX, refused by
+  ``onnx.checker``, an opset outside what aneforge imports, external data it may not
+  read, dynamic dims, integer inputs left unbound).
+- :class:`UnsupportedModelError`: a valid model that uses ops or attributes aneforge
+  cannot express; one error lists all of them.
+- :class:`OnnxImportWarning` / :class:`ConstantSaturationWarning`: something changed on
+  import and the message says what.
+- :class:`NotExpressible`: raised by op handlers; the importer turns it into one line of
+  :class:`UnsupportedModelError`.
+
+Example:
+    >>> issubclass(OnnxImportError, ValueError), issubclass(UnsupportedModelError, ValueError)
+    (True, True)
+"""
+
+from __future__ import annotations
+
+from ..errors import AneforgeError, AneforgeWarning, PrecisionWarning
+
+__all__ = [
+    "ConstantSaturationWarning",
+    "NotExpressible",
+    "OnnxImportError",
+    "OnnxImportWarning",
+    "UnsupportedModelError",
+]
+
+
+class OnnxImportError(AneforgeError, ValueError):
+    """The model cannot be read as given: opset, dynamic dims, integer inputs, ..."""
+
+
+class UnsupportedModelError(AneforgeError, ValueError):
+    """The model uses ops or attributes aneforge cannot express (all of them listed).
+
+    Attributes:
+        op_counts: unsupported op type -> number of nodes.
+        problems: one line per node whose attributes or inputs cannot be expressed.
+        bind_inputs: graph inputs that feed parameters (scales, pads, indices...) which
+            must be known at import; ``constants={name: value}`` binds them.
+    """
+
+    def __init__(self, message: str, op_counts=None, problems=None, bind_inputs=None):
+        super().__init__(message)
+        self.op_counts = dict(op_counts or {})
+        self.problems = list(problems or [])
+        self.bind_inputs = list(bind_inputs or [])
+
+
+class OnnxImportWarning(AneforgeWarning):
+    """Something in the model changed on import (see the message)."""
+
+
+class ConstantSaturationWarning(OnnxImportWarning, PrecisionWarning):
+    """Constants beyond the fp16 range were saturated to +-65504."""
+
+
+class NotExpressible(Exception):
+    """Raised by an op handler: this node's attributes or inputs cannot be expressed."""
