@@ -3,13 +3,24 @@
 The optimization levels (spec 000, "The optimizer and opt levels"):
 
 - ``'routes'`` (default): the lossless route pass. Per route-bearing bridge node the cost
-  model picks the native bridge (a cut) or its proven-equivalent fused decomposition.
-  Never changes numerics beyond the registry's loss class; a cut-free graph compiles to
-  exactly the ``opt=0`` program.
+  model picks the native bridge (a cut) or its fused decomposition; only bit-identical
+  alts are candidates, so it changes no bit of the results, and a cut-free graph
+  compiles to exactly the ``opt=0`` program.
 - ``0``: the graph exactly as built (byte-identical path; int8 honoured as given).
 - ``1``: cost-model pick over every variant, route swaps, canonical rewrites and the
   lossy whole-graph int8 variant, without measuring; a lossy pick is warned about.
+  The lossless variants are bit-identical; no equal-or-better rewrite is applied.
 - ``2`` / ``'max'``: :func:`~aneforge.optimizer.tune.tune`, measured on the device.
+
+"Lossless" means bit-identical on the emulator (signed zeros included): the classes are
+data on the rules and routes (:data:`~aneforge.optimizer.rewrite.EXACTNESS`).
+
+One pipeline for every level: compression (``compress=``), then the level's own passes,
+then the shared checks, always in this order and recorded in ``prog.passes``: preflight
+on ``target`` (``'preflight'``; opt=2 runs it before tuning, so the tuner measures the
+program that runs), the cross-chip divergence check (``'divergence'``, on A13/A14-tier
+targets), the dispatch-floor warning and the precision signal (``'precision'``;
+``strict`` raises ``PrecisionError``).
 
 Example:
     >>> import aneforge as af
@@ -124,7 +135,7 @@ def _pick_by_estimate(outs):
             f"compile(opt=1) chose the lossy '{name}' variant (about 1% weight error); "
             "use opt='routes' to stay lossless or opt=2 to validate against the baseline",
             AneforgeWarning,
-            stacklevel=3,
+            stacklevel=4,  # _pick_by_estimate <- _optimize <- compile <- the user's call
         )
     return list(chosen.outputs), {"variant": name, "lossless": chosen.lossless}
 
@@ -163,11 +174,12 @@ def compile(  # noqa: A001  (public API name)
             choice is gated by ``compress_atol``, recorded in ``prog.passes
             ['compression']`` and warned once (``AneforgeWarning``). docs/compression.md.
         compress_atol: the per-weight budget, ``max`` over output channels of
-            ``||w_c - decoded_c|| / ||w_c||`` (default 0.05).
+            ``||w_c - decoded_c|| / ||w_c||`` (default 0.05); a number >= 0, checked
+            whether or not ``compress`` is given.
         int8: ``True`` is the alias of ``compress='int8'``.
         strict / validate: raise ``PrecisionError`` instead of warning
             ``PrecisionWarning`` when the static precision-risk signal
-            (:func:`aneforge.precision_risk`) exceeds fp16 noise.
+            (:func:`aneforge.precision_risk`) exceeds fp16 noise, at every opt level.
         output_names: one name (a non-empty string, or None for the output's own name)
             per output, kept as ``prog.output_names`` (the Core ML export's output
             names); default the outputs' own names. Node names survive every opt
@@ -176,9 +188,12 @@ def compile(  # noqa: A001  (public API name)
 
     Returns:
         A Program whose nodes are in a deterministic execution order; compiling the same
-        graph twice gives the same program. ``prog.passes`` records what the optimizer
-        did (route decisions, the chosen variant). Warns ``DispatchFloorWarning`` when
-        the estimate is dominated by per-call dispatch overhead.
+        graph twice gives the same program. ``prog.passes`` records what ran at every
+        level: the optimizer's work (``'routes'`` decisions, the chosen ``'variant'``,
+        with ``prog.tune_report`` at opt=2), ``'compression'``, ``'preflight'`` and
+        ``'divergence'`` with a target, and ``'precision'``. Warns
+        ``DispatchFloorWarning`` when the estimate is dominated by per-call dispatch
+        overhead.
 
     Example:
         >>> import numpy as np, aneforge as af
@@ -192,52 +207,26 @@ def compile(  # noqa: A001  (public API name)
         names = _output_names(outs, output_names)
         if isinstance(opt, bool) or opt not in OPT_LEVELS:
             raise OptionError(f"compile: opt must be one of {OPT_LEVELS}, got {opt!r}")
+        for label, flag in (("strict", strict), ("validate", validate)):
+            if not isinstance(flag, bool):
+                raise OptionError(f"compile: {label} must be True or False, got {flag!r}")
         tgt = None
         if target is not None:
             from ..emulator.chips import resolve
 
             tgt = resolve(target)
         outs, compression = _compress(outs, compress, compress_atol, int8, tgt)
-        passes: dict = {}
-        if opt in (2, "max"):
-            from ..optimizer.tune import tune
-
-            if tgt is not None:
-                outs, passes = _preflight(outs, tgt)
-            prog = tune(list(outs))
-            prog.output_names = names
-            prog.passes.update(compression)
-            if tgt is not None:
-                prog.target = tgt
-                prog.passes.update(passes)
-                _warn_divergence(prog)
-            return prog
-        if opt == "routes":
-            from ..cost.estimate import estimate
-            from ..optimizer.routes import select_routes
-
-            # With a target the routes are priced by that chip's analytic model.
-            def cost(graph):
-                if tgt is None:
-                    return estimate(graph)
-                try:
-                    return estimate(graph, target=tgt)
-                except PreflightError:  # a route the chip cannot run is never chosen
-                    return math.inf
-
-            new, decisions = select_routes(list(outs), cost)
-            outs = tuple(new)
-            passes["routes"] = decisions
-        elif opt == 1:
-            new, passes["variant"] = _pick_by_estimate(list(outs))
-            outs = tuple(new)
-        if tgt is not None:
+        # The opt level picks the passes; every level then ends with the same checks.
+        outs, passes, tune_report = _optimize(outs, opt, tgt)
+        passes.update(compression)  # compile's own compression, over a tuned variant's
+        if tgt is not None and "preflight" not in passes:  # opt=2 preflights before tuning
             outs, found = _preflight(outs, tgt)
             passes.update(found)
-        prog = build_program(outs, opt)
+        prog = build_program(outs, 2 if opt == "max" else opt)
         prog.output_names = names
         prog.target = tgt
-        prog.passes = {**compression, **passes}
+        prog.passes = passes
+        prog.tune_report = tune_report
         if tgt is not None:
             _warn_divergence(prog)
         from ..analysis.precision import check_precision
@@ -249,6 +238,50 @@ def compile(  # noqa: A001  (public API name)
         return prog
 
 
+def _optimize(outs, opt, tgt):
+    """The passes of opt level ``opt``: (outputs, ``prog.passes`` entries, tune report).
+
+    ``0``: none. ``'routes'``: the route pass (bit-identical alts, priced on ``tgt``'s
+    model when given). ``1``: the cost-model pick among the variants. ``2`` / ``'max'``:
+    preflight on ``tgt`` first (the tuner measures the program that will run), then
+    :func:`~aneforge.optimizer.tune.tune`; its pick is ``passes['variant']``.
+    """
+    if opt == 0:
+        return outs, {}, None
+    if opt == "routes":
+        from ..cost.estimate import estimate
+        from ..optimizer.routes import select_routes
+
+        # With a target the routes are priced by that chip's analytic model.
+        def cost(graph):
+            if tgt is None:
+                return estimate(graph)
+            try:
+                return estimate(graph, target=tgt)
+            except PreflightError:  # a route the chip cannot run is never chosen
+                return math.inf
+
+        new, decisions = select_routes(list(outs), cost)
+        return tuple(new), {"routes": decisions}, None
+    if opt == 1:
+        new, variant = _pick_by_estimate(list(outs))
+        return tuple(new), {"variant": variant}, None
+    from ..optimizer.tune import tune
+
+    passes: dict = {}
+    if tgt is not None:
+        outs, passes = _preflight(outs, tgt, stacklevel=4)
+    prog = tune(list(outs))
+    report = prog.tune_report
+    passes["variant"] = {
+        "variant": report.get("variant"),
+        "lossless": report.get("lossless") is True,
+    }
+    if "compression" in prog.passes:  # an int4 / auto variant
+        passes["compression"] = prog.passes["compression"]
+    return prog.outputs, passes, report
+
+
 def _compress(outs, compress, atol, int8, tgt):
     """Apply ``compress`` (or the ``int8=True`` alias) to ``outs``, warning once when a
     choice is lossy or not streamed natively. Returns (outputs, passes entry)."""
@@ -256,6 +289,9 @@ def _compress(outs, compress, atol, int8, tgt):
 
     if not isinstance(int8, bool):
         raise OptionError(f"compile: int8 must be True or False, got {int8!r}")
+    # checked whether or not compress is given: a bad budget is never silently unused
+    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not atol >= 0:
+        raise OptionError(f"compile: compress_atol must be a number >= 0, got {atol!r}")
     if int8:
         if compress not in (None, "int8"):
             raise OptionError(
@@ -267,8 +303,6 @@ def _compress(outs, compress, atol, int8, tgt):
         return outs, {}
     if compress not in COMPRESS_MODES:
         raise OptionError(f"compile: compress must be one of {COMPRESS_MODES}, got {compress!r}")
-    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not atol >= 0:
-        raise OptionError(f"compile: compress_atol must be a number >= 0, got {atol!r}")
     new, report = compress_graph(list(outs), compress, float(atol), tgt)
     message = lossy_message(report, f"compile(compress={compress!r})")
     if message:
@@ -276,10 +310,11 @@ def _compress(outs, compress, atol, int8, tgt):
     return tuple(new), {"compression": report}
 
 
-def _preflight(outs, tgt):
+def _preflight(outs, tgt, stacklevel=3):
     """Preflight ``outs`` for ``tgt``: raise on a blocking violation, else lower.
 
-    Returns (outputs, passes entry).
+    Returns (outputs, passes entry). ``stacklevel`` points the warning at the user's
+    call (3: called from compile itself).
     """
     from .preflight import lower_below_floor, preflight, raise_if_blocked
 
@@ -295,7 +330,7 @@ def _preflight(outs, tgt):
         f"{tgt.tier}-tier (about 1e-3 absolute error for |x| <= 200); "
         "prog.passes['preflight'] has the report",
         PreflightWarning,
-        stacklevel=3,
+        stacklevel=stacklevel,
     )
     return new, {"preflight": report.as_dict()}
 

@@ -1,11 +1,14 @@
 """The rewrite engine: rules as data, applied bottom-up to a fixed point.
 
 A :class:`Rule` names one algebraic fact: ``fn(node)`` returns a replacement tensor (of
-the same shape) or ``None`` when the fact does not apply. :func:`rewrite` walks the graph
-once in topological order, memoized per node so shared subgraphs are rewritten once and
-stay shared, rebuilds a node only when one of its sources changed, and applies the rules
-to every node until none matches. It returns the very same output objects when nothing
-changed.
+the same shape) or ``None`` when the fact does not apply. Every rule carries its
+exactness class (:data:`EXACTNESS`) as data; ``tests/optimizer/test_exactness.py``
+measures each rule set's and each route's class on the emulator.
+
+:func:`rewrite` walks the graph once in topological order, memoized per node so shared
+subgraphs are rewritten once and stay shared, rebuilds a node only when one of its
+sources changed, and applies the rules to every node until none matches. It returns
+the very same output objects when nothing changed.
 
 Names survive: a rebuilt node keeps its name, and a replacement a rule has just built
 (fresh, unnamed) takes over the name of the node it replaces, since it computes the same
@@ -29,11 +32,56 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..errors import OptionError
 from ..graph.naming import user_name
 from ..graph.tensor import Tensor, creation_mark, with_srcs
 
 # Rewriting one node more often than this means two rules undo each other.
 MAX_REWRITES_PER_NODE = 64
+
+#: Same fp16 bits on the emulator for every input, signed zeros included (a NaN stays a
+#: NaN; its payload is not part of the claim).
+BIT_IDENTICAL = "bit-identical"
+#: Every output at least as close to the exact (float64) value of the replaced node, on
+#: the same fp16 inputs, as the original's, or else one of the two fp16 values around
+#: that exact value (a faithful rounding: a float32 accumulator can move a sum that sits
+#: within its own rounding of an fp16 midpoint to the other side). Values may change.
+EQUAL_OR_BETTER = "equal-or-better"
+#: Relative deviation from the original, ``max|new - old| / max|old|``, within the
+#: record's measured ``bound``.
+BOUNDED = "bounded"
+#: No claim: accuracy-affecting, admitted only where a measurement gates it.
+LOSSY = "lossy"
+#: The exactness classes, strongest first.
+EXACTNESS = (BIT_IDENTICAL, EQUAL_OR_BETTER, BOUNDED, LOSSY)
+
+
+def check_exactness(exactness, bound, what: str):
+    """``(exactness, bound)`` checked: a class of :data:`EXACTNESS`, with a positive
+    ``bound`` exactly when the class is :data:`BOUNDED`. ``False`` (the old
+    ``lossless=False`` flag) reads as :data:`LOSSY`, which claims nothing."""
+    if exactness is False:
+        exactness = LOSSY
+    if isinstance(exactness, bool) or exactness not in EXACTNESS:
+        raise OptionError(
+            f"{what}: exactness must be one of {EXACTNESS}, got {exactness!r}; name the "
+            "class the rewrite is measured to meet ('lossy' claims nothing)"
+        )
+    if exactness == BOUNDED:
+        if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not bound > 0:
+            raise OptionError(
+                f"{what}: the 'bounded' class needs a measured bound > 0, got {bound!r}"
+            )
+    elif bound is not None:
+        raise OptionError(
+            f"{what}: only the 'bounded' class takes a bound, got bound={bound!r} for {exactness!r}"
+        )
+    return exactness, bound
+
+
+def weakest(classes) -> str:
+    """The weakest of some exactness classes (:data:`BIT_IDENTICAL` for none)."""
+    return max(classes, key=EXACTNESS.index, default=BIT_IDENTICAL)
 
 
 @dataclass(frozen=True)
@@ -44,17 +92,29 @@ class Rule:
         name: unique id, used in reports.
         ops: the op names the rule looks at (the engine only calls it on those).
         fn: the rewrite itself; must return a tensor of ``node.shape`` or ``None``.
-        lossless: True when the replacement computes the same values on the emulator
-            (bit-identical, up to the sign of a zero), False for accuracy-affecting
-            rewrites that only a tuner may admit.
+        exactness: its class, one of :data:`EXACTNESS` (module constants), as measured
+            on the generic emulator model.
         doc: one line saying what the rule does.
+        bound: the measured relative-deviation bound of a :data:`BOUNDED` rule.
     """
 
     name: str
     ops: tuple[str, ...]
     fn: Callable[[Tensor], Tensor | None]
-    lossless: bool
+    exactness: str
     doc: str
+    bound: float | None = None
+
+    def __post_init__(self):
+        exactness, bound = check_exactness(self.exactness, self.bound, f"rule {self.name!r}")
+        object.__setattr__(self, "exactness", exactness)
+        object.__setattr__(self, "bound", bound)
+
+    @property
+    def lossless(self) -> bool:
+        """Whether the rule is :data:`BIT_IDENTICAL` (the only class that composes: a
+        graph of bit-identical rewrites computes the same bits)."""
+        return self.exactness == BIT_IDENTICAL
 
 
 @dataclass
@@ -74,7 +134,7 @@ def _index(rules: Sequence[Rule]) -> dict[str, list[Rule]]:
     names = [r.name for r in rules]
     dupes = sorted(n for n, c in Counter(names).items() if c > 1)
     if dupes:
-        raise ValueError(f"rewrite: rule names repeat: {dupes}")
+        raise OptionError(f"rewrite: rule names repeat: {dupes}; give each rule its own name")
     by_op: dict[str, list[Rule]] = {}
     for rule in rules:
         for op in rule.ops:

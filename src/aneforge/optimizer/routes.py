@@ -5,11 +5,15 @@ that removes its graph cut, with a loss class and the evidence for it — or
 *single-route*, with the reason it has no alternative. Fused ops are single-route by
 construction and are not listed. The decomposers live in :data:`BRIDGE_DECOMPOSERS`,
 keyed like the registry; ``tests/optimizer/test_routes.py`` reconciles the two and
-re-measures every alt's loss class on the emulator.
+``tests/optimizer/test_exactness.py`` measures every alt's loss class on the emulator
+(random graphs, inputs with signed zeros, infinities, NaN, subnormals and values near
+65504).
 
-Loss classes: ``"bit-identical"`` (same fp16 bits on the emulator) and
-``"fp16-op-noise"`` (relative error within :data:`FP16_OP_NOISE`). Both are lossless:
-routes are chosen on speed alone.
+Loss classes are the rewrite engine's exactness classes
+(:data:`~aneforge.optimizer.rewrite.EXACTNESS`). Every alt is ``"bit-identical"`` (the
+same fp16 bits as the native op on the emulator, signed zeros included), so the route
+pass, which admits only bit-identical alts, is chosen on speed alone and never changes
+a bit. An alt of a weaker class would be left out of it (``admit=``).
 
 Example:
     >>> import aneforge as af
@@ -25,12 +29,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import OptionError
 from ..graph import api
 from ..graph.ops.bridge import BRIDGE_OPS
 from ..graph.tensor import Tensor, weight
-from .rewrite import Rule, rewrite
+from .rewrite import BIT_IDENTICAL, Rule, check_exactness, rewrite
 
-FP16_OP_NOISE = 1.5e-3  # relative error of a clean fused fp16 op chain
+#: The classes the lossless route pass (``opt='routes'``) and the lossless variants admit.
+LOSSLESS_CLASSES = (BIT_IDENTICAL,)
 
 
 def _scalar_weight(value: float) -> Tensor:
@@ -50,14 +56,20 @@ def decompose_sdpa(node: Tensor) -> Tensor:
 
 
 def decompose_minmax_norm(node: Tensor) -> Tensor:
-    """``(x - amin) / ((amax - amin) + eps)`` from fused ops."""
+    """``((x - amin) + 0) / ((amax - amin) + eps)`` from fused ops.
+
+    The ``+ 0`` is the kernel's own step: ``x - amin`` is never negative, so a zero
+    difference is ``+0``, whichever zero ``amin`` picked of a ``-0`` and a ``+0``
+    (``-0 - (+0)`` is ``-0``, and ``1 / -0`` is ``-inf``).
+    """
     x = node.srcs[0]
     axes = node.attrs["axes"]
     if axes is None:
         axes = tuple(range(1, x.ndim)) if x.ndim >= 2 else (0,)
     mn = api.amin(x, axes=axes, keepdims=True)
     mx = api.amax(x, axes=axes, keepdims=True)
-    return (x - mn) / ((mx - mn) + _scalar_weight(node.attrs["eps"]))
+    d = (x - mn) + _scalar_weight(0.0)
+    return d / ((mx - mn) + _scalar_weight(node.attrs["eps"]))
 
 
 def decompose_flatten(node: Tensor) -> Tensor:
@@ -66,20 +78,32 @@ def decompose_flatten(node: Tensor) -> Tensor:
 
 
 def decompose_lrn(node: Tensor) -> Tensor:
-    """LRN with the channel-window sum as a convolution against ones (wide accumulator).
+    """LRN with the kernel's narrow channel-window sum, as adds of channel slices.
 
-    ``x`` [N, C, ...] is viewed as [N, 1, C, rest]; a (size x 1) ones kernel, padded on
-    the channel axis like the ONNX window, sums the squares of each window.
+    The squares are padded on the channel axis like the ONNX window (zero weights
+    concatenated on each side) and the window of channel ``c`` is summed in the
+    kernel's order: ``padded[c] + padded[c + 1] + ...``, each add rounded to fp16. The
+    kernel starts from ``0 + padded[c]``, which is ``padded[c]`` bit for bit (a square
+    is never ``-0``), so the two are bit-identical. (A convolution against ones would
+    sum in the wide accumulator and round once: different bits.)
     """
     x = node.srcs[0]
     size, c = node.attrs["size"], x.shape[1]
     lo = (size - 1) // 2
     hi = size - 1 - lo
-    rest = int(np.prod(x.shape[2:], dtype=np.int64))
-    sq = api.reshape(api.square(x), (x.shape[0], 1, c, rest))
-    ones = weight(np.ones((1, 1, size, 1), np.float16))
-    window = api.conv(sq, ones, pad=(lo, 0, hi, 0))
-    ss = api.reshape(window, x.shape)
+    sq = api.square(x)
+
+    def zeros(k):
+        return [weight(np.zeros((x.shape[0], k, *x.shape[2:]), np.float16))] if k else []
+
+    padded = api.concat(zeros(lo) + [sq] + zeros(hi), axis=1) if size > 1 else sq
+    ss = None
+    for j in range(size):  # channel c sums padded[c + j], j ascending, as the kernel does
+        term = sq
+        if size > 1:
+            begins = (0, j) + (0,) * (x.ndim - 2)
+            term = api.slice(padded, begins, (x.shape[0], j + c, *x.shape[2:]))
+        ss = term if ss is None else ss + term
     t = ss * _scalar_weight(node.attrs["alpha"] / size) + _scalar_weight(node.attrs["bias"])
     return x / (t ** _scalar_weight(node.attrs["beta"]))
 
@@ -88,8 +112,10 @@ def decompose_lrn(node: Tensor) -> Tensor:
 class Route:
     """The registry entry of one bridge op.
 
-    ``alt`` is the decomposer (node -> fused tensor) or None; ``loss_class`` and
-    ``evidence`` describe the alt; ``single_route`` ops carry their ``reason``.
+    ``alt`` is the decomposer (node -> fused tensor) or None; ``loss_class`` (one of
+    :data:`~aneforge.optimizer.rewrite.EXACTNESS`, with its measured ``bound`` when it
+    is ``"bounded"``) and ``evidence`` describe the alt; ``single_route`` ops carry
+    their ``reason``.
     """
 
     op: str
@@ -98,6 +124,19 @@ class Route:
     evidence: str
     single_route: bool
     reason: str
+    bound: float | None = None
+
+    def rule(self, which: Callable[[Tensor], bool] = lambda node: True) -> Rule:
+        """The alt as a rewrite rule of the route's class, for the nodes ``which`` picks."""
+        alt = self.alt
+        if alt is None:
+            raise OptionError(f"route {self.op!r} is single-route: it has no alt to apply")
+
+        def swap(node):
+            return alt(node) if which(node) else None
+
+        return Rule(f"route_{self.op}", (self.op,), swap, self.loss_class, "remove a cut",
+                    self.bound)  # fmt: skip
 
 
 BRIDGE_DECOMPOSERS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -107,13 +146,19 @@ BRIDGE_DECOMPOSERS: dict[str, Callable[[Tensor], Tensor]] = {
     "lrn": decompose_lrn,
 }
 
+# op -> (loss class, evidence[, measured bound]); the classes are measured by
+# tests/optimizer/test_exactness.py.
 _ALTS = {
-    "sdpa": ("bit-identical", "emulator: same fp16 steps (q@k^T wide, scale, softmax, @v)"),
-    "minmax_norm": ("bit-identical", "emulator: same fp16 steps (spec: relerr <= 1.5e-3)"),
-    "flatten": ("bit-identical", "a reshape moves no values (spec: relerr 0.0)"),
+    "sdpa": (BIT_IDENTICAL, "emulator: same fp16 steps (q@k^T wide, scale, softmax, @v)"),
+    "minmax_norm": (
+        BIT_IDENTICAL,
+        "emulator: same fp16 steps, a zero x - min taken as +0 by both (spec: relerr <= 1.5e-3)",
+    ),
+    "flatten": (BIT_IDENTICAL, "a reshape moves no values (spec: relerr 0.0)"),
     "lrn": (
-        "fp16-op-noise",
-        "emulator: window sum in the wide accumulator vs the narrow one (spec: cos 1.0)",
+        BIT_IDENTICAL,
+        "emulator: the kernel's narrow window sum, in its order, as adds of channel slices "
+        "(spec: cos 1.0)",
     ),
 }
 
@@ -145,8 +190,9 @@ def route_registry() -> dict[str, Route]:
     out = {}
     for op in BRIDGE_OPS:
         if op in _ALTS:
-            loss, evidence = _ALTS[op]
-            out[op] = Route(op, BRIDGE_DECOMPOSERS[op], loss, evidence, False, "")
+            loss, evidence, *bound = _ALTS[op]
+            loss, b = check_exactness(loss, bound[0] if bound else None, f"route {op!r}")
+            out[op] = Route(op, BRIDGE_DECOMPOSERS[op], loss, evidence, False, "", b)
         else:
             out[op] = Route(op, None, None, "", True, _SINGLE.get(op, "only lowering"))
     return out
@@ -160,31 +206,41 @@ def routes_for(op: str) -> Route:
     return Route(op, None, None, "", True, "only lowering")
 
 
-def decompose(outputs, which: Callable[[Tensor], bool] = lambda node: True):
-    """Replace every route-bearing bridge node for which ``which(node)`` holds."""
-
-    def swap(node):
-        return BRIDGE_DECOMPOSERS[node.op](node) if which(node) else None
-
-    rule = Rule("bridge_decompose", tuple(BRIDGE_DECOMPOSERS), swap, True, "remove a cut")
-    outs, report = rewrite(list(outputs), [rule])
-    return outs, report.matches.get("bridge_decompose", 0)
+def route_rules(
+    admit=LOSSLESS_CLASSES, which: Callable[[Tensor], bool] = lambda node: True
+) -> list[Rule]:
+    """One rewrite rule per alt whose loss class is in ``admit`` (each rule of its
+    route's class), applied to the nodes ``which`` picks."""
+    reg = route_registry()
+    return [reg[op].rule(which) for op in BRIDGE_DECOMPOSERS if reg[op].loss_class in admit]
 
 
-def select_routes(outputs, cost: Callable) -> tuple[list[Tensor], list[dict]]:
+def decompose(outputs, which: Callable[[Tensor], bool] = lambda node: True,
+              admit=LOSSLESS_CLASSES):  # fmt: skip
+    """Replace every route-bearing bridge node for which ``which(node)`` holds and whose
+    alt's class is in ``admit``. Returns (outputs, how many nodes were replaced)."""
+    outs, report = rewrite(list(outputs), route_rules(admit, which))
+    return outs, sum(report.matches.values())
+
+
+def select_routes(outputs, cost: Callable, admit=LOSSLESS_CLASSES):
     """The lossless route pass: per route-bearing bridge node, keep the cheaper lowering.
 
     Greedy in execution order: each candidate swap is kept when ``cost`` (e.g.
-    ``aneforge.estimate``) of the whole graph drops. Returns the new outputs and one
-    decision record per candidate node. A graph without such nodes comes back as is.
+    ``aneforge.estimate``) of the whole graph drops. Only alts whose loss class is in
+    ``admit`` are candidates (default: bit-identical ones, so the pass changes no bit).
+    Returns the new outputs and one decision record per candidate node (with the alt's
+    ``loss_class``). A graph without such nodes comes back as is.
     """
     from ..compiler.compile import topological_order
 
     outs = list(outputs)
     decisions: list[dict] = []
+    reg = route_registry()
+    ops = {op for op in BRIDGE_DECOMPOSERS if reg[op].loss_class in admit}
 
     def candidates(graph):
-        return [n for n in topological_order(graph) if n.op in BRIDGE_DECOMPOSERS]
+        return [n for n in topological_order(graph) if n.op in ops]
 
     if not candidates(outs):
         return outs, decisions
@@ -192,12 +248,12 @@ def select_routes(outputs, cost: Callable) -> tuple[list[Tensor], list[dict]]:
     i = 0  # ordinal of the next undecided candidate (swapped ones drop out of the list)
     while i < len(cands := candidates(outs)):
         node = cands[i]
-        trial, _ = decompose(outs, lambda m, node=node: m is node)
+        trial, _ = decompose(outs, lambda m, node=node: m is node, admit)
         trial_cost = cost(trial)
         keep = trial_cost < best
         decisions.append(
             {"op": node.op, "shape": node.shape, "native_us": best, "fused_us": trial_cost,
-             "choice": "fused" if keep else "native"}
+             "choice": "fused" if keep else "native", "loss_class": reg[node.op].loss_class}
         )  # fmt: skip
         if keep:
             outs, best = trial, trial_cost

@@ -1,11 +1,17 @@
-"""The rewrite rules, as data, grouped into rule sets.
+"""The rewrite rules, as data, grouped into rule sets, each rule with its exactness class.
 
-- :data:`CANONICAL` (lossless, always on): drop identity casts, reshapes and
-  transposes, merge reshape and transpose chains, ``x*1``, ``x+0``, ``x-0``, ``--x``.
-- :data:`NUMERIC` (accuracy-affecting; only a tuner admits them): scalar-chain folding
-  in fp16 and constant folding of small constant subgraphs with the emulator's kernels.
-- :data:`REDUCE_TO_MATMUL` (lossless-or-better): ``sum`` over one axis as ``x @ ones``
-  (the wide accumulator); ``cumsum`` as ``x @ triu_ones`` (bit-identical).
+- :data:`CANONICAL` (bit-identical, always on): drop identity casts, reshapes and
+  transposes, merge reshape and transpose chains, ``x*1``, ``x+(-0)``, ``x-(+0)``,
+  ``--x``. (``x+(+0)`` and ``x-(-0)`` stay: they turn ``-0`` into ``+0``.)
+- :data:`NUMERIC` (lossy; only a tuner admits them): scalar-chain folding in fp16 and
+  constant folding of small constant subgraphs with the emulator's kernels.
+- :data:`REDUCE_TO_MATMUL`: ``sum`` over one axis as ``x @ ones`` (the wide
+  accumulator: equal or better, not bit-identical: ``sum`` of 4096 ones is 2048 in the
+  narrow accumulator and 4096 here); ``cumsum`` as ``x @ triu_ones`` (bit-identical: the
+  ``cumsum`` kernel is that matmul).
+
+The classes (:data:`~aneforge.optimizer.rewrite.EXACTNESS`) are measured by
+``tests/optimizer/test_exactness.py``, which walks :data:`RULE_SETS`.
 
 Example:
     >>> import aneforge as af
@@ -13,6 +19,8 @@ Example:
     >>> y = af.reduce_sum_to_matmul(x.sum(axes=0))
     >>> [n.op for n in af.compile(y).compute_nodes]
     ['transpose', 'matmul', 'reshape']
+    >>> [r.exactness for r in REDUCE_TO_MATMUL]
+    ['equal-or-better', 'bit-identical']
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import numpy as np
 from ..graph.fp16 import round_fp16
 from ..graph.registry import all_ops, get_op
 from ..graph.tensor import Tensor, make, weight
-from .rewrite import Rule, rewrite
+from .rewrite import BIT_IDENTICAL, EQUAL_OR_BETTER, LOSSY, Rule, rewrite
 
 # Constant subgraphs up to this many elements are folded (bigger ones stay weights
 # computed on the device, so folding never bloats the weight file).
@@ -88,18 +96,14 @@ def _mul_by_one(node):
     return _operand_if(node, 1.0, commutative=True)
 
 
-def _first(*candidates):
-    """The first candidate that is not None (tensors have no truth value)."""
-    return next((c for c in candidates if c is not None), None)
-
-
 def _add_zero(node):
-    # x + (-0) == x for every x; x + (+0) differs only by turning -0 into +0.
-    return _first(_operand_if(node, -0.0, True), _operand_if(node, 0.0, True))
+    # x + (-0) is x for every x, bit for bit; x + (+0) turns -0 into +0, so it stays.
+    return _operand_if(node, -0.0, True)
 
 
 def _sub_zero(node):
-    return _first(_operand_if(node, 0.0, False), _operand_if(node, -0.0, False))
+    # x - (+0) is x + (-0); x - (-0) is x + (+0), which turns -0 into +0, so it stays.
+    return _operand_if(node, 0.0, False)
 
 
 def _double_neg(node):
@@ -107,16 +111,17 @@ def _double_neg(node):
     return src.srcs[0] if src.op == "neg" else None
 
 
+_BIT = BIT_IDENTICAL
 CANONICAL = (
-    Rule("drop_cast", ("cast",), _drop_cast, True, "cast to fp16 is the identity"),
-    Rule("identity_reshape", ("reshape",), _identity_reshape, True, "reshape to own shape"),
-    Rule("merge_reshapes", ("reshape",), _merge_reshapes, True, "reshape(reshape(x))"),
-    Rule("identity_transpose", ("transpose",), _identity_transpose, True, "identity perm"),
-    Rule("merge_transposes", ("transpose",), _merge_transposes, True, "compose the perms"),
-    Rule("mul_by_one", ("mul",), _mul_by_one, True, "x * 1 -> x"),
-    Rule("add_zero", ("add",), _add_zero, True, "x + 0 -> x (-0 may become +0)"),
-    Rule("sub_zero", ("sub",), _sub_zero, True, "x - 0 -> x"),
-    Rule("double_neg", ("neg",), _double_neg, True, "-(-x) -> x"),
+    Rule("drop_cast", ("cast",), _drop_cast, _BIT, "cast to fp16 is the identity"),
+    Rule("identity_reshape", ("reshape",), _identity_reshape, _BIT, "reshape to own shape"),
+    Rule("merge_reshapes", ("reshape",), _merge_reshapes, _BIT, "reshape(reshape(x))"),
+    Rule("identity_transpose", ("transpose",), _identity_transpose, _BIT, "identity perm"),
+    Rule("merge_transposes", ("transpose",), _merge_transposes, _BIT, "compose the perms"),
+    Rule("mul_by_one", ("mul",), _mul_by_one, _BIT, "x * 1 -> x"),
+    Rule("add_zero", ("add",), _add_zero, _BIT, "x + (-0) -> x"),
+    Rule("sub_zero", ("sub",), _sub_zero, _BIT, "x - (+0) -> x"),
+    Rule("double_neg", ("neg",), _double_neg, _BIT, "-(-x) -> x"),
 )
 
 # ---- numeric (tuner-gated) ------------------------------------------------------------
@@ -159,10 +164,12 @@ def _const_fold(node):
 
 _FOLDABLE = tuple(sorted(n for n, op in all_ops().items() if op.kind == "fused"))
 
+# const_fold gives the generic model's bits, but a target's per-chip numerics (reduction
+# route, saturation) would not be applied to what it folded: no claim.
 NUMERIC = (
-    Rule("fold_mul_chain", ("mul",), _fold_chain("mul"), False, "(x*a)*b -> x*fp16(a*b)"),
-    Rule("fold_add_chain", ("add",), _fold_chain("add"), False, "(x+a)+b -> x+fp16(a+b)"),
-    Rule("const_fold", _FOLDABLE, _const_fold, False, "evaluate small constant subgraphs"),
+    Rule("fold_mul_chain", ("mul",), _fold_chain("mul"), LOSSY, "(x*a)*b -> x*fp16(a*b)"),
+    Rule("fold_add_chain", ("add",), _fold_chain("add"), LOSSY, "(x+a)+b -> x+fp16(a+b)"),
+    Rule("const_fold", _FOLDABLE, _const_fold, LOSSY, "evaluate small constant subgraphs"),
 )
 
 # ---- reduce_sum -> matmul -------------------------------------------------------------
@@ -190,9 +197,18 @@ def _cumsum_to_matmul(node):
 
 
 REDUCE_TO_MATMUL = (
-    Rule("reduce_sum_to_matmul", ("sum",), _sum_to_matmul, True, "sum over one axis -> x @ 1"),
-    Rule("cumsum_to_matmul", ("cumsum",), _cumsum_to_matmul, True, "cumsum -> x @ triu(1)"),
+    Rule(
+        "reduce_sum_to_matmul",
+        ("sum",),
+        _sum_to_matmul,
+        EQUAL_OR_BETTER,
+        "sum over one axis -> x @ 1 (the wide accumulator)",
+    ),
+    Rule("cumsum_to_matmul", ("cumsum",), _cumsum_to_matmul, _BIT, "cumsum -> x @ triu(1)"),
 )
+
+#: Every rule set by name (the exactness property test walks all of them).
+RULE_SETS = {"canonical": CANONICAL, "numeric": NUMERIC, "reduce_to_matmul": REDUCE_TO_MATMUL}
 
 
 def _apply(out, rules):
@@ -206,8 +222,11 @@ def reduce_sum_to_matmul(out):
 
     ``sum`` over one axis becomes ``x @ ones[K, 1]`` (a non-last axis is transposed to
     the end first; multi-axis sums are left alone); ``cumsum`` becomes ``x @ triu_ones``.
-    Accuracy is equal or better: the matmul accumulates in float32 where reduce_sum
-    rounds every partial sum to fp16.
+    Accuracy is equal or better, not the same bits: the matmul accumulates in float32
+    where reduce_sum rounds every partial sum to fp16, so results change (4096 ones sum
+    to 4096 here, to 2048 narrow); a sum within float32 rounding of an fp16 midpoint
+    may round to the other of its two fp16 neighbours. No opt level applies it: call
+    it, or let ``af.tune(target_error=...)`` measure it.
 
     Example:
         >>> import numpy as np, aneforge as af

@@ -1,13 +1,18 @@
 """Named, rebuildable variants of a graph: the candidates opt=1 and the tuner choose from.
 
 A variant is a deterministic function of the graph and its name, so a tuning cache can
-store only the name. Lossless variants compute the same values (route swaps, canonical
-rewrites); the int8 variants are lossy and only enter where accuracy gates admit them.
+store only the name. Lossless variants compute the same bits (route swaps, canonical
+rewrites): they apply only records of the bit-identical class, and a variant's
+``exactness`` is the weakest class of what it applied (so ``lossless`` follows from the
+records' classes, not from its name). Equal-or-better rewrites (``reduce_sum_to_matmul``)
+are no variant: they change values, and only ``tune(target_error=...)`` measures them.
+The int8 variants are lossy and only enter where accuracy gates admit them.
 
 - ``native``: the graph as built (the ``opt=0`` program);
 - ``routes``: the lossless route pass (per bridge node, native or decomposition by the
   cost model);
-- ``decomposed``: every route-bearing bridge op replaced by its fused decomposition;
+- ``decomposed``: every route-bearing bridge op replaced by its fused decomposition
+  (bit-identical alts only);
 - ``canonical``: the route pass plus the canonical rewrites;
 - ``int8`` / ``routes+int8``: the whole-graph per-channel int8 weights on top;
 - ``int4`` / ``auto`` (compression, tuner only): ``compile(compress='int4' | 'auto')``
@@ -36,8 +41,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..analysis.ranges import INT8_ACTIVATION_LIMIT, range_analysis
+from ..errors import OptionError
 from ..graph.hashing import structural_hash
 from ..graph.tensor import Tensor
+from .rewrite import BIT_IDENTICAL, rewrite, weakest
+from .rewrite import LOSSY as NO_CLAIM  # the exactness class (LOSSY here names variants)
 
 LOSSLESS = ("native", "routes", "decomposed", "canonical")
 LOSSY = ("int8", "routes+int8")
@@ -46,42 +54,55 @@ COMPRESSED = ("int4", "auto")  # weight compression, accuracy-gated per weight
 
 @dataclass(frozen=True)
 class Variant:
-    """One candidate lowering."""
+    """One candidate lowering: ``exactness`` is the weakest class of the rules and
+    routes it applied (:data:`~aneforge.optimizer.rewrite.EXACTNESS`)."""
 
     name: str
     outputs: tuple[Tensor, ...]
-    lossless: bool
+    exactness: str
     report: dict | None = None  # the compression report of an int4 / auto variant
+
+    @property
+    def lossless(self) -> bool:
+        """Whether the variant computes the ``opt=0`` program's bits (bit-identical)."""
+        return self.exactness == BIT_IDENTICAL
 
 
 def build_variant(outputs, name: str) -> Variant:
     """Build variant ``name`` of the graph of ``outputs``."""
     from ..cost.estimate import estimate
     from ..numerics.compression import compress_graph, quantize_graph_int8
-    from .rewrite import rewrite
-    from .routes import decompose, select_routes
+    from .routes import route_rules, select_routes
     from .rules import CANONICAL
 
     outs = list(outputs)
     base, _, suffix = name.partition("+")
     if name in ("int8", *COMPRESSED):
         base, suffix = "native", name
+    applied: list[str] = []  # the classes of the records that fired
     if base == "routes" or base == "canonical":
-        outs, _ = select_routes(outs, estimate)
+        outs, decisions = select_routes(outs, estimate)
+        applied += [d["loss_class"] for d in decisions if d["choice"] == "fused"]
         if base == "canonical":
-            outs, _ = rewrite(outs, CANONICAL)
+            outs, report = rewrite(outs, CANONICAL)
+            classes = {r.name: r.exactness for r in CANONICAL}
+            applied += [classes[rule] for rule in report.matches]
     elif base == "decomposed":
-        outs, _ = decompose(outs)
+        rules = route_rules()
+        outs, report = rewrite(outs, rules)
+        applied += [r.exactness for r in rules if r.name in report.matches]
     elif base != "native":
-        raise ValueError(f"unknown variant '{name}'")
+        raise OptionError(f"unknown variant {name!r}; known: {LOSSLESS + LOSSY + COMPRESSED}")
     if suffix == "int8":
         outs = quantize_graph_int8(outs)
+        applied.append(NO_CLAIM)
     elif suffix in COMPRESSED:
         outs, report = compress_graph(outs, suffix)
-        return Variant(name, tuple(outs), report["lossy"] == 0, report)
+        applied.append(BIT_IDENTICAL if report["lossy"] == 0 else NO_CLAIM)
+        return Variant(name, tuple(outs), weakest(applied), report)
     elif suffix:
-        raise ValueError(f"unknown variant '{name}'")
-    return Variant(name, tuple(outs), suffix != "int8")
+        raise OptionError(f"unknown variant {name!r}; known: {LOSSLESS + LOSSY + COMPRESSED}")
+    return Variant(name, tuple(outs), weakest(applied))
 
 
 def int8_admissible(outputs) -> bool:

@@ -53,7 +53,10 @@ def _minmax_body(st, inputs, attrs):
     axes = _minmax_axes(x.shape, attrs["axes"])
     mn = np.min(x, axis=axes, keepdims=True)
     mx = np.max(x, axis=axes, keepdims=True)
-    return _minmax_divide(st, st.step(x - mn), st.step(mx - mn), attrs)
+    # x - mn is never negative: a zero difference is +0, whichever zero np.min picked of
+    # a -0 and a +0 (that pick differs between dtypes and SIMD paths; -0 - (+0) is -0)
+    d = st.step(st.step(x - mn) + 0.0)
+    return _minmax_divide(st, d, st.step(mx - mn), attrs)
 
 
 def minmax_range(node, srcs, env) -> Interval:
@@ -115,9 +118,10 @@ def minmax_norm(x, axes=None, eps=1e-5, *, name=None) -> Tensor:
 
     Inputs: ``x`` of any rank >= 1. Attributes: ``axes`` (int or ints; None = every axis
     but 0 when rank >= 2, else all), ``eps`` (default 1e-5). Output: ``x``'s shape.
-    Emulator numerics: ``mn``, ``mx`` exact; ``d = fp16(x - mn)``;
+    Emulator numerics: ``mn``, ``mx`` exact; ``d = fp16(fp16(x - mn) + 0)`` (a zero
+    difference is ``+0``, as in float64: ``x - mn`` is never negative);
     ``r = fp16(fp16(mx - mn) + fp16(eps))``; ``y = fp16(d / r)`` (the same steps as the
-    fused decomposition, so the two are bit-identical).
+    fused decomposition, so the two are bit-identical, signed zeros included).
 
     Example:
         >>> import numpy as np, aneforge as af
@@ -141,11 +145,14 @@ def _lrn_window_sum(st, sq, size):
     c = sq.shape[1]
     lo = (size - 1) // 2
     hi = size - 1 - lo
+    # Window offsets past the channels only add +0 terms, which change no bit of a sum of
+    # squares (acc >= +0): skip them, so a huge ``size`` costs no more than ``2c - 1``.
+    first, last = max(-lo, -(c - 1)), min(hi, c - 1)
     pad = [(0, 0)] * sq.ndim
-    pad[1] = (lo, hi)
-    padded = np.pad(sq, pad)  # zero terms: adding +0 to a sum of squares changes nothing
+    pad[1] = (-first, last)
+    padded = np.pad(sq, pad)
     acc = np.zeros_like(sq)
-    for j in range(size):
+    for j in range(last - first + 1):
         acc = st.step(acc + padded[:, j : j + c])
     return acc
 
