@@ -11,7 +11,12 @@
    at least ``min_lossy_speedup`` x faster than that (among equally fast lossy ones, the
    most accurate).
 5. Cache the choice under a structural hash of (graph, input shapes, device, options):
-   a cache hit rebuilds the variant by name with no measurement.
+   a cache hit rebuilds the variant by name with no measurement. The entry is checked
+   against this call's own gate first (the cache is untrusted): a lossless variant is
+   taken as is; a lossy one only when this call admits lossy variants (``atol`` above
+   the default, declared ranges that admit int8) and, re-run against the baseline, it
+   still meets ``atol``. An entry that fails is a warning and the graph is re-tuned, so
+   a default call never returns a lossy program.
 
 With ``target_error=E`` it is precision-aware tuning instead
 (:func:`~aneforge.optimizer.precision_tune.tune_precision`): the cheapest candidate whose
@@ -27,14 +32,12 @@ Example:
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from ..compiler.program import Program
-from ..errors import AneforgeWarning
 from ..graph.hashing import structural_hash
 from ..graph.tensor import Tensor
+from .cache import TuneCache
 
 DEFAULT_ATOL = 5e-3  # fp16 noise: rejects lossy variants unless the caller widens it
 # A lossy variant must be at least this much faster than the best lossless one.
@@ -60,6 +63,48 @@ def _relative_deviation(outs, refs) -> float:
 def _device_id(dev) -> str:
     """What identifies a device's timings in the cache: its name and settings."""
     return getattr(dev, "cache_id", dev.name)
+
+
+def _from_cache(store, key, hit, outs, atol, dev, baseline_prog, feeds, variant_lib, build):
+    """The program of cache entry ``hit`` if it passes this call's gate (module
+    docstring, step 5), else None with one warning naming the entry and the reason.
+    What is lossy is decided by the rebuilt variant, never by the entry's claims."""
+    name = hit["variant"]
+    lossless_names = variant_lib.LOSSLESS
+    lossless_only = (
+        f"and this call admits lossless variants only (atol={atol!r}, lossy needs > {DEFAULT_ATOL})"
+    )
+    problem = variant = error = None
+    if name not in lossless_names + variant_lib.LOSSY + variant_lib.COMPRESSED:
+        problem = f"names unknown variant {name!r:.40}"
+    elif name not in lossless_names and not atol > DEFAULT_ATOL:
+        problem = f"names the lossy variant {name!r}, {lossless_only}"
+    elif name not in lossless_names and not variant_lib.int8_admissible(outs):
+        problem = (
+            f"names the weight-quantized variant {name!r}, which the inputs' declared "
+            "ranges do not admit"
+        )
+    else:
+        variant = variant_lib.build_variant(outs, name)
+        prog = build(list(variant.outputs), opt=0)
+        if not variant.lossless and not atol > DEFAULT_ATOL:
+            problem = f"names {name!r}, which is not bit-identical on this graph, {lossless_only}"
+        elif not variant.lossless:  # re-validated, never trusted
+            error = _relative_deviation(dev.run(prog, feeds), dev.run(baseline_prog, feeds))
+            if not error <= atol:
+                problem = f"names {name!r}, whose error {error:.3g} now exceeds atol={atol!r}"
+    if problem is not None:
+        path = store.path(key)
+        store.warn(path, f"ignoring tuning cache entry {path}: it {problem}; re-tuning", 4)
+        return None
+    if variant.report is not None:
+        prog.passes["compression"] = variant.report
+    prog.opt = 2
+    report = dict(hit, lossless=variant.lossless, cached=True)
+    if error is not None:
+        report["errors"] = {**hit.get("errors", {}), name: error}
+    prog.tune_report = report
+    return prog
 
 
 def _seeded_inputs(prog: Program, seed: int = 0) -> list[np.ndarray]:
@@ -90,7 +135,9 @@ def tune(
         min_lossy_speedup: how much faster a lossy variant must be to be chosen.
         prune_factor: variants predicted slower than this x the best are not measured.
         device: a device name or Device (default: the emulator).
-        cache / cache_dir: use the on-disk tuning cache (see ``optimizer.cache``).
+        cache / cache_dir: use the on-disk tuning cache (see ``optimizer.cache``); a
+            problem with it is a warning and the tune goes on uncached. A ``cache_dir``
+            that is not a path (not a str or PathLike, empty) is an ``OptionError``.
         target_error: precision-aware tuning: delegate to
             :func:`~aneforge.optimizer.precision_tune.tune_precision` with ``inputs``,
             ``device`` and ``allow_paired`` (the other options must stay at their
@@ -105,8 +152,7 @@ def tune(
     from ..cost.estimate import estimate
     from ..devices import get_device
     from ..errors import OptionError
-    from .cache import TuneCache
-    from .variants import build_variant, build_variants
+    from . import variants as variant_lib
 
     if target_error is not None or allow_paired:
         from .precision_tune import tune_precision
@@ -147,26 +193,14 @@ def tune(
     key = structural_hash(outs, extra=options)
     store = TuneCache(cache_dir) if cache else None
     hit = store.get(key) if store else None
-    variant = None
     if hit is not None:
-        try:
-            variant = build_variant(outs, hit["variant"])
-        except ValueError:
-            warnings.warn(
-                f"ignoring tuning cache entry naming unknown variant {hit['variant']!r}; re-tuning",
-                AneforgeWarning,
-                stacklevel=2,
-            )
-    if variant is not None:
-        prog = compile_graph(list(variant.outputs), opt=0)
-        if variant.report is not None:
-            prog.passes["compression"] = variant.report
-        prog.opt = 2
-        prog.tune_report = dict(hit, cached=True)
-        return prog
+        args = (outs, atol, dev, baseline_prog, feeds, variant_lib, compile_graph)
+        prog = _from_cache(store, key, hit, *args)
+        if prog is not None:
+            return prog
 
     lossy_allowed = atol > DEFAULT_ATOL
-    variants = build_variants(outs, lossy=lossy_allowed, compress=lossy_allowed)
+    variants = variant_lib.build_variants(outs, lossy=lossy_allowed, compress=lossy_allowed)
     predicted = {name: estimate(list(v.outputs)) for name, v in variants.items()}
     best_pred = min(predicted.values())
     ranked = sorted(variants, key=lambda n: (predicted[n], n))
