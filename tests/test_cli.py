@@ -545,3 +545,158 @@ def test_a_bad_input_range_is_a_user_error(capsys, bad):
         and "--input-range" in err
         and len(err.splitlines()) == 1
     )
+
+
+# ---- user mistakes: one line, exit 2, nothing deleted (issue 13, points 4, 12, 15) --------
+
+
+def user_error(capsys, *argv) -> str:
+    """The one stderr line of a command that must be a user error (exit 2)."""
+    assert main(list(argv)) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("aneforge: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("command", ["check", "export"])
+def test_export_never_deletes_a_folder_aneforge_did_not_write(tmp_path, capsys, command):
+    keep = tmp_path / "keep.mlpackage"
+    keep.mkdir()
+    (keep / "thesis.tex").write_text("years of work")
+    out = "--export" if command == "check" else "-o"
+    err = user_error(capsys, command, "cnn", out, str(keep))
+    assert "exists and is a folder holding other files (thesis.tex)" in err and "--force" in err
+    assert [p.name for p in keep.iterdir()] == ["thesis.tex"]
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.mlpackage"]  # no probe left
+
+
+def test_force_replaces_and_aneforge_replaces_its_own_package(tmp_path, capsys):
+    from aneforge.io.coreml_package import foreign_reason
+
+    keep = tmp_path / "keep.mlpackage"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("")
+    assert main(["export", "cnn", "-o", str(keep), "--force"]) == 0
+    assert foreign_reason(keep) is None
+    assert main(["export", "transformer", "-o", str(keep)]) == 0  # its own: no --force
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {keep} (transformer)"
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.mlpackage"]
+
+
+@pytest.mark.parametrize("seed", ["-1", "abc", "1.5", str(2**64)])
+def test_a_bad_seed_is_a_user_error(capsys, seed):
+    err = user_error(capsys, "check", "cnn", f"--seed={seed}")
+    assert (
+        f"argument --seed: must be a whole number from 0 to 2**64 - 1 (e.g. 0), got {seed!r}" in err
+    )
+
+
+def test_check_report_refuses_a_negative_seed():
+    from aneforge.errors import OptionError
+    from aneforge.report import check_report
+
+    x, y = af.nn.small_cnn()
+    with pytest.raises(OptionError, match="seed must be a whole number"):
+        check_report("cnn", [x], [y], seed=-1)
+
+
+@pytest.mark.parametrize("command", ["check", "export"])
+def test_an_unwritable_export_path_is_a_user_error(capsys, command):
+    err = user_error(capsys, command, "cnn", "--export" if command == "check" else "-o",
+                     "/proc/x.mlpackage")  # fmt: skip
+    assert "'/proc/x.mlpackage': cannot write into '/proc'" in err
+
+
+def test_an_empty_export_path_is_an_error_not_skipped(capsys):
+    assert "--export '' is empty" in user_error(capsys, "check", "cnn", "--export", "")
+
+
+def test_export_with_every_example_is_refused(capsys, tmp_path):
+    err = user_error(capsys, "check", "--export", str(tmp_path / "m.mlpackage"))
+    assert "--export writes one package: name one model" in err
+
+
+def test_a_folder_named_like_a_model_is_not_a_model_file(tmp_path, capsys):
+    (tmp_path / "x.onnx").mkdir()
+    err = user_error(capsys, "check", str(tmp_path / "x.onnx"))
+    assert "is a folder, not a model file" in err
+
+
+@pytest.mark.parametrize("targets, words", [(",,,", "names no target"),
+                                            ("", "names no target"),
+                                            ("M1,,M4", "target 2 is empty")])  # fmt: skip
+def test_a_target_list_must_name_targets(capsys, targets, words):
+    assert f"--target {targets!r}" in user_error(capsys, "check", "cnn", "--target", targets)
+    assert words in user_error(capsys, "check", "cnn", "--target", targets)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [(["bogus"], "invalid choice: 'bogus'"), (["check", "--bogus"], "unrecognized arguments"),
+     (["export", "cnn"], "required: -o/--output"), (["check", "--seed"], "expected one argument")],
+)  # fmt: skip
+def test_argparse_errors_are_one_line(capsys, argv, words):
+    assert words in user_error(capsys, *argv)
+
+
+def test_a_plot_path_that_is_a_folder_is_refused(tmp_path, capsys):
+    (tmp_path / "r.png").mkdir()
+    assert "is a folder" in user_error(capsys, "check", "cnn", "--plot", str(tmp_path / "r.png"))
+
+
+def test_a_closed_stdout_exits_quietly(tmp_path):
+    """`aneforge ... | head` whose reader is gone: exit 141, nothing on stderr."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([console_script(), "check", "cnn", "--json"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, "")
+
+
+def test_a_closed_stdout_in_process_returns_141(monkeypatch):
+    class Closed:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", Closed())
+    assert main([]) == 141  # argparse swallows the write error; the final flush does not
+
+
+def onnx_input_model(path, dims) -> str:
+    """y = relu(x) for an input x declared with ``dims``."""
+    return onnx_file(path, [helper.make_node("Relu", ["x"], ["y"])], dims, dims)
+
+
+def test_check_refuses_a_declared_input_too_large_to_draw(tmp_path, capsys):
+    """(The importer or check refuses it, whichever comes first; never a MemoryError.)"""
+    err = user_error(capsys, "check", onnx_input_model(tmp_path / "big.onnx", [2**31]))
+    assert "'x'" in err and "2147483648 elements" in err and "ANEFORGE_MAX_ELEMENTS" in err
+
+
+def test_check_report_checks_every_size_before_allocating(monkeypatch):
+    from aneforge.errors import SizeLimitError
+    from aneforge.report import check_report
+
+    x = af.input((4, 512), name="x")
+    small = af.input((4,), name="s")
+    wide = small + af.weight(np.ones((512, 1)))  # a (512, 4) node from small operands
+    monkeypatch.setenv("ANEFORGE_MAX_ELEMENTS", "1000")
+    with pytest.raises(SizeLimitError, match="check: random input 'x': 2048 elements"):
+        check_report("m", [x], [x.relu()])
+    with pytest.raises(SizeLimitError, match=r"check: node '\w+' \(add\): 2048 elements"):
+        check_report("m", [small], [wide])
+
+
+def test_the_input_size_limit_is_configurable(tmp_path, capsys, monkeypatch):
+    path = onnx_input_model(tmp_path / "m.onnx", [4, 512])
+    monkeypatch.setenv("ANEFORGE_MAX_ELEMENTS", "1000")
+    assert "2048 elements" in user_error(capsys, "check", path)
+    monkeypatch.setenv("ANEFORGE_MAX_ELEMENTS", "2048")
+    assert main(["check", path, "--json"]) == 0

@@ -9,7 +9,9 @@ lists each target's N slowest layers and ``--plot PATH`` draws their roofline
 field.
 
 Exit codes: 0 ok; 1 a check failed (an output is inf/nan, or beyond ``--max-error``) or
-an internal error (with a traceback); 2 a user error (one line, no traceback). While a
+an internal error (with a traceback); 2 a user error (one line, no traceback: a bad
+option, a missing or unreadable model, a path it will not write); 141 stdout was closed
+by its reader (``| head``), quietly. Every option is checked before any work. While a
 command runs, warnings print as one line each: ``warning: <Category>: <message>``.
 
 Example:
@@ -25,12 +27,17 @@ import argparse
 import contextlib
 import json
 import math
+import os
+import stat
 import sys
+import tempfile
 import warnings
+from pathlib import Path
 
 from . import __version__
 from .errors import AneforgeError, DispatchFloorWarning, OptionError
 from .graph.ranges import check_range
+from .io.coreml_package import check_package_path
 from .plot import check_plot_path, plot_reports
 from .report import (
     DEFAULT_CHIP,
@@ -41,13 +48,40 @@ from .report import (
     short_label,
 )
 from .tables import columns, format_cell, json_safe, rich_table
+from .targets.names import resolve_target
 
 #: How many of the slowest layers ``--plot`` shows without ``--layers``.
 PLOT_TOP = 20
+#: The exit code when stdout's reader went away (128 + SIGPIPE, as a shell reports it).
+EXIT_BROKEN_PIPE = 141
+#: Seeds are integers in [0, SEED_LIMIT).
+SEED_LIMIT = 2**64
+
+
+class UsageError(OptionError):
+    """A command line argparse refused (unknown command or option, missing value)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors raised as :class:`UsageError` (one line, exit 2)
+    instead of a usage block and ``sys.exit``."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _seed(text: str) -> int:
+    """``--seed``: a whole number in [0, 2**64), written in decimal digits."""
+    value = int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else -1
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from 0 to 2**64 - 1 (e.g. 0), got {text!r}"
+        )
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="aneforge",
         description="Compile, estimate and emulate fp16 graphs for the Apple Neural Engine.",
     )
@@ -65,12 +99,19 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "model", nargs="?", help="an .onnx file or a bundled example name (default: all)"
     )
-    check.add_argument("--export", metavar="PATH", help="also write a Core ML .mlpackage")
+    check.add_argument(
+        "--export",
+        metavar="PATH",
+        help="also write a Core ML .mlpackage (one model); an existing PATH is replaced "
+        "only if it is a package aneforge wrote, unless --force",
+    )
+    check.add_argument("--force", action="store_true", help=FORCE_HELP)
     check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.add_argument("--seed", type=int, default=0, help="seed of inputs and weights")
+    check.add_argument(
+        "--seed", type=_seed, default=0, help="seed of inputs and weights, 0 to 2**64 - 1"
+    )
     check.add_argument(
         "--target",
-        default="",
         help="comma-separated targets to compile, emulate and estimate for, e.g. M1,M4,M5 "
         "or h13,h17s (each with its chip's numerics)",
     )
@@ -111,16 +152,27 @@ def _parser() -> argparse.ArgumentParser:
         "an fp16 Core ML ML Program package.",
     )
     export.add_argument("model", help="an .onnx file or a bundled example name")
-    export.add_argument("-o", "--output", required=True, help="the .mlpackage to write")
-    export.add_argument("--target", default="", help="target chip (sets the OS floor)")
+    export.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="the .mlpackage to write; an existing one is replaced only if aneforge wrote "
+        "it, unless --force",
+    )
+    export.add_argument("--target", help="target chip (sets the OS floor)")
+    export.add_argument("--force", action="store_true", help=FORCE_HELP)
     return parser
+
+
+FORCE_HELP = (
+    "replace whatever exists at the export path (a file, a folder and all it holds, a "
+    "package another tool wrote); without it such a path is refused"
+)
 
 
 def load_models(spec: str | None) -> list[tuple[str, list, list, list | None]]:
     """(name, inputs, outputs, output names) of the bundled examples, one of them, or an
     ONNX file (whose output names are the graph's)."""
-    from pathlib import Path
-
     from .graph.nn import EXAMPLES
 
     if spec is None:
@@ -129,8 +181,7 @@ def load_models(spec: str | None) -> list[tuple[str, list, list, list | None]]:
         names = [spec]
     elif spec.endswith(".onnx"):
         path = Path(spec)
-        if not path.is_file():
-            raise OptionError(f"model '{spec}': no such file")
+        _check_model_file(path)
         try:
             from .io.onnx_import import from_onnx
         except ImportError as err:
@@ -150,6 +201,23 @@ def load_models(spec: str | None) -> list[tuple[str, list, list, list | None]]:
         x, y = EXAMPLES[name]()
         models.append((name, [x], [y], None))
     return models
+
+
+def _check_model_file(path: Path) -> None:
+    """OptionError unless ``path`` names a regular file (links followed): said before
+    any work; the ONNX importer reads it, size-capped (:mod:`aneforge.limits`)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise OptionError(f"model {str(path)!r}: no such file") from None
+    except OSError as err:
+        raise OptionError(f"model {str(path)!r}: cannot read it ({err.strerror})") from None
+    if stat.S_ISDIR(mode):
+        raise OptionError(f"model {str(path)!r} is a folder, not a model file; give the "
+                          ".onnx file's path")  # fmt: skip
+    if not stat.S_ISREG(mode):
+        raise OptionError(f"model {str(path)!r} is not a regular file (a FIFO, socket or "
+                          "device); give the .onnx file's path")  # fmt: skip
 
 
 def check_model(name: str, builder, seed: int = 0, targets=()) -> dict:
@@ -330,8 +398,29 @@ def _progress(enabled: bool):
         yield lambda label: bar.update(task, description=label)
 
 
-def _targets(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
+def targets_option(text: str | None, option: str = "--target", many: bool = True) -> list[str]:
+    """``--target`` as a list of target names, each checked (OptionError naming the
+    first bad one); None (not given) is no target.
+
+    Example:
+        >>> targets_option("M1, h17s")
+        ['M1', 'h17s']
+    """
+    if text is None:
+        return []
+    names = [t.strip() for t in text.split(",")]
+    if not any(names):
+        several = " (comma-separated: M1,M4)" if many else ""
+        raise OptionError(f"{option} {text!r} names no target; give a chip or architecture, "
+                          f"e.g. M1 or h13{several}")  # fmt: skip
+    if not many and len(names) > 1:
+        raise OptionError(f"{option} {text!r}: export takes one target, e.g. M1")
+    if "" in names:
+        raise OptionError(f"{option} {text!r}: target {names.index('') + 1} is empty (two "
+                          "commas in a row, or one at an end); remove it")  # fmt: skip
+    for name in names:
+        resolve_target(name)
+    return names
 
 
 def _max_error(text: str | None) -> float | None:
@@ -387,28 +476,55 @@ def input_ranges(items: list[str]) -> dict:
     return out
 
 
+def _plot_path(text: str) -> Path:
+    """``--plot``: a writable file path with an image suffix (checked before any work)."""
+    if not text.strip():
+        raise OptionError(f"--plot {text!r} is empty; give the image file to write, e.g. "
+                          "roofline.png")  # fmt: skip
+    path = check_plot_path(text)
+    if path.is_dir():
+        raise OptionError(f"--plot {text!r} is a folder; give the image file to write, "
+                          "e.g. roofline.png")  # fmt: skip
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".aneforge-probe-", dir=path.parent))
+    except OSError as err:
+        raise OptionError(f"--plot {text!r}: cannot write into {str(path.parent)!r} "
+                          f"({err.strerror}); choose a writable folder") from None  # fmt: skip
+    return path
+
+
 def _check(args) -> int:
-    targets = _targets(args.target)
+    targets = targets_option(args.target)
     ranges = input_ranges(args.input_range)
     max_error = _max_error(args.max_error)
     layers = _layers(args.layers)
-    plot = check_plot_path(args.plot) if args.plot is not None else None
+    plot = _plot_path(args.plot) if args.plot is not None else None
+    export = None
+    if args.export is not None:  # '' included: an empty path is an error, not "no export"
+        export = check_package_path(args.export, args.force, "--export")
+    models = load_models(args.model)
+    if export is not None and len(models) > 1:
+        raise OptionError(f"--export writes one package: name one model to export "
+                          f"({', '.join(m[0] for m in models)} were asked for)")  # fmt: skip
     reports = []
     with _progress(enabled=not args.json) as advance:
-        for name, inputs, outputs, out_names in load_models(args.model):
+        for name, inputs, outputs, out_names in models:
             rep = check_report(
                 name, inputs, outputs, seed=args.seed, targets=targets,
                 progress=lambda stage, name=name: advance(f"{name}: {stage}"),
                 output_names=out_names, input_ranges=ranges,
             )  # fmt: skip
-            if args.export:
+            if export is not None:
                 advance(f"{name}: export")
                 target = targets[0] if targets else None
-                rep["export"] = _export(outputs, args.export, target, out_names)
+                rep["export"] = _export(outputs, export, target, out_names, args.force)
             reports.append(rep)
         if plot is not None:
             advance("plot")
-            plot_reports(reports, plot, top=layers or PLOT_TOP)
+            try:
+                plot_reports(reports, plot, top=layers or PLOT_TOP)
+            except OSError as err:
+                raise OptionError(f"--plot {str(plot)!r}: cannot write it ({err})") from None
     failures = [f for rep in reports for f in check_failures(rep, max_error)]
     if args.json:
         doc = {
@@ -433,41 +549,68 @@ def _check(args) -> int:
     return 0
 
 
-def _export(outputs, path, target, output_names=None) -> dict:
+def _export(outputs, path, target, output_names=None, force=False) -> dict:
     from .compiler import compile as compile_graph
     from .io.coreml_export import export_coreml
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DispatchFloorWarning)
         prog = compile_graph(list(outputs), output_names=output_names)
-    written, lowering = export_coreml(prog, path, target=target, return_lowering=True)
+    written, lowering = export_coreml(prog, path, target=target, return_lowering=True, force=force)
     return {"path": str(written), "lowering": json_safe(lowering)}
 
 
 def _export_command(args) -> int:
+    target = (targets_option(args.target, many=False) or [None])[0]
+    path = check_package_path(args.output, args.force, "-o")
     models = load_models(args.model)
     if len(models) != 1:
         raise OptionError("export: name one model (an .onnx file or a bundled example)")
     name, _, outputs, out_names = models[0]
-    record = _export(outputs, args.output, args.target or None, out_names)
+    record = _export(outputs, path, target, out_names, args.force)
     print(f"wrote {record['path']} ({name})")
     return 0
 
 
 def main(argv=None) -> int:
-    """Entry point of the ``aneforge`` command; returns the exit code."""
+    """Entry point of the ``aneforge`` command; returns the exit code (``--help`` and
+    ``--version`` exit through ``SystemExit(0)``, as argparse does).
+
+    Every user mistake (argparse's included) prints one line, ``aneforge: error: ...``,
+    on stderr and returns 2; a closed stdout returns :data:`EXIT_BROKEN_PIPE` quietly.
+    """
+    with warnings.catch_warnings():  # restores the caller's showwarning afterwards
+        warnings.showwarning = _show_warning
+        try:
+            try:
+                return _dispatch(argv)
+            finally:  # --help's SystemExit included: a closed pipe shows here, not at exit
+                if sys.stdout is not None:
+                    sys.stdout.flush()
+        except AneforgeError as err:
+            print(f"aneforge: error: {_one_line(err)}", file=sys.stderr)
+            return 2
+        except BrokenPipeError:
+            _drop_stdout()
+            return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
-    with warnings.catch_warnings():  # restores the caller's showwarning afterwards
-        warnings.showwarning = _show_warning
-        try:
-            return _export_command(args) if args.command == "export" else _check(args)
-        except AneforgeError as err:
-            print(f"aneforge: error: {_one_line(err)}", file=sys.stderr)
-            return 2
+    return _export_command(args) if args.command == "export" else _check(args)
+
+
+def _drop_stdout() -> None:
+    """Point the stdout file descriptor at /dev/null, so that the interpreter's last
+    flush of what is still buffered does not fail again (Python's documented recipe)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _one_line(text) -> str:

@@ -44,6 +44,7 @@ from .compiler.preflight import preflight
 from .cost.estimate import DEFAULT_CHIP, estimate_breakdown
 from .errors import DispatchFloorWarning, OptionError, PreflightError
 from .graph.ranges import check_range
+from .limits import check_elements
 from .metrics import compare
 from .reference import reference
 from .tables import TableMixin
@@ -256,12 +257,41 @@ def range_report(prog, ranges: dict, target=None) -> dict:
     }
 
 
+def check_seed(seed) -> int:
+    """``seed`` if it is a whole number in [0, 2**64), else an OptionError.
+
+    Example:
+        >>> check_seed(7)
+        7
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
+        raise OptionError(f"seed must be a whole number from 0 to 2**64 - 1, got {seed!r}")
+    return int(seed)
+
+
+def check_sizes(prog) -> None:
+    """A :class:`~aneforge.errors.SizeLimitError` naming the first input or node of
+    ``prog`` whose tensor would pass :func:`aneforge.limits.max_elements`: checked before
+    ``check`` draws its random inputs and runs the emulator and the float64 reference,
+    which hold every such tensor."""
+    for t in prog.inputs:
+        check_elements(t.shape, _input_label(t))
+    for node in prog.nodes:
+        check_elements(node.shape, f"check: node {prog.layer_name(node)!r} ({node.op})")
+
+
+def _input_label(t) -> str:
+    return f"check: random input {t.name or '(unnamed)'!r}"
+
+
 def seeded_feeds(prog, ranges: dict, seed: int) -> list[tuple[int, np.ndarray]]:
     """(id(input), array) per input: uniform inside its range where one is declared,
-    else standard normal; deterministic per seed."""
-    rng = np.random.default_rng(seed)
+    else standard normal; deterministic per seed. Each input's size is checked first
+    (:func:`aneforge.limits.check_elements`)."""
+    rng = np.random.default_rng(check_seed(seed))
     feeds = []
     for t, r in zip(prog.inputs, ranges.values()):
+        check_elements(t.shape, _input_label(t))
         value = rng.standard_normal(t.shape) if r is None else rng.uniform(*r, size=t.shape)
         feeds.append((id(t), value))
     return feeds
@@ -472,15 +502,22 @@ def check_report(
 
     Returns:
         A :class:`CheckReport` (docs/cli.md lists its fields). Deterministic per seed.
-        An unknown target raises :class:`~aneforge.errors.OptionError` before any work.
+        An unknown target or a seed outside [0, 2**64) raises
+        :class:`~aneforge.errors.OptionError` before any work; an input or node past
+        :func:`aneforge.limits.max_elements` raises
+        :class:`~aneforge.errors.SizeLimitError` before any allocation.
     """
     step = progress or (lambda stage: None)
     targets = list(targets)
     for t in [*targets, DEFAULT_CHIP]:
         resolve_target(t)
+    seed = check_seed(seed)
+    for t in inputs:
+        check_elements(t.shape, _input_label(t))
     start = time.perf_counter()
     step("compile")
     prog = _quiet_compile(outputs, opt, output_names=output_names)
+    check_sizes(prog)
     compiled = time.perf_counter()
     ranges = declared_ranges(prog, input_ranges)
     feeds = seeded_feeds(prog, ranges, seed)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import shutil
 import sys
 import warnings
 from collections import Counter
@@ -323,7 +324,7 @@ def test_examples_round_trip_op_for_op_and_weight_for_weight(example, tmp_path):
 def test_bridge_ops_use_their_routes_where_core_ml_has_no_op(tmp_path):
     x = af.input((1, 8, 5, 5), name="x")
     odd = br.lrn(x, size=3)  # Core ML's local_response_norm
-    even = br.lrn(x, size=4)  # no Core ML window for even sizes: the conv-by-ones route
+    even = br.lrn(x, size=4)  # no Core ML window for even sizes: the window-of-slices route
     q = af.reshape(even, (1, 8, 25))
     att = br.sdpa(q, q, q)  # iOS 17: the bmm/softmax route
     mm = br.minmax_norm(att)
@@ -334,20 +335,26 @@ def test_bridge_ops_use_their_routes_where_core_ml_has_no_op(tmp_path):
     for rec in low.nodes:
         by_op[rec.op].update(rec.mil_ops)
     assert by_op["lrn"] == Counter({"local_response_norm": 1})
-    assert by_op["conv"] == Counter({"conv": 1}) and by_op["pow"] == Counter({"pow": 1})
+    # the even window: zero-padded squares, then one add per channel slice, in order
+    assert by_op["concat"] == Counter({"concat": 1}) and by_op["pow"] == Counter({"pow": 1})
+    assert by_op["slice"] == Counter({"slice_by_index": 4}) and "conv" not in by_op
     assert by_op["softmax"] == Counter({"softmax": 1})
     assert by_op["bmm"] == Counter({"matmul": 2})
     assert by_op["amin"] == Counter({"reduce_min": 1})
     assert by_op["amax"] == Counter({"reduce_max": 1})
     assert "sdpa" not in by_op and "minmax_norm" not in by_op
-    ones = [c for c in _consts(loaded).values() if c.op_type == "const"
-            and np.asarray(c.outputs[0].val).shape == (1, 1, 4, 1)]  # fmt: skip
-    assert len(ones) == 1 and np.all(np.asarray(ones[0].outputs[0].val) == 1)
+    pads = sorted(
+        np.asarray(c.outputs[0].val).shape
+        for c in _consts(loaded).values()
+        if c.op_type == "const"
+        and np.asarray(c.outputs[0].val).shape in ((1, 1, 5, 5), (1, 2, 5, 5))
+    )
+    assert pads == [(1, 1, 5, 5), (1, 2, 5, 5)]
     consts = _consts(loaded)
-    for name, w in low.weights.items():  # the routes' own weights (ones, scale)
+    for name, w in low.weights.items():  # the routes' own weights (zero pads, scales)
         want = np.asarray(w.value, np.float16).ravel()
         assert np.array_equal(_const_value(consts[name]).ravel(), want), name
-    assert len(low.weights) >= 4
+    assert len(low.weights) == 8
 
 
 def test_one_op_of_each_family_round_trips(tmp_path):
@@ -645,3 +652,123 @@ def test_ops_without_value_inference_carry_the_right_parameters(tmp_path):
     assert lrn["alpha"] == pytest.approx(2e-4, rel=1e-3)
     assert got["space_to_batch"] == {"block_shape": [3, 3], "paddings": [[0, 0], [0, 0]]}
     assert got["pixel_shuffle"] == {"upscale_factor": 2}
+
+
+# ---- weights as outputs, and what an export may replace (issue 13, points 4 and 17) ----
+
+
+def test_a_weight_that_is_an_output_exports_as_its_constant(tmp_path):
+    x = af.input((2,), name="x")
+    w = np.array([1.5, -2.0])
+    prog = af.compile([x * 2.0, af.weight(w, name="w"), af.weight(np.array(3.0), name="k")])
+    path = prog.export_coreml(tmp_path / "w.mlpackage")  # was a bare KeyError
+    assert [o.name for o in load_spec(path).description.output] == ["output_0", "w", "k"]
+    low = lower_program(prog, feeds=[np.array([1.0, -4.0])])
+    got = [np.asarray(v.val, np.float64) for v in low.program.functions["main"].outputs]
+    want = [np.array([2.0, -8.0]), w, np.array([3.0])]  # rank 0 travels as shape (1,)
+    assert all(np.array_equal(g, v) for g, v in zip(got, want))
+
+
+def _tree(root: Path) -> list:
+    return sorted((str(p.relative_to(root)), p.is_dir()) for p in root.rglob("*"))
+
+
+def test_export_replaces_only_the_packages_it_wrote(tmp_path):
+    from aneforge.io.coreml_package import foreign_reason
+
+    y = af.input((2,), name="x").relu()
+    keep = tmp_path / "keep.mlpackage"
+    keep.mkdir()
+    (keep / "thesis.tex").write_text("years of work")
+    (tmp_path / "file.mlpackage").write_text("not a package")
+    (tmp_path / "link.mlpackage").symlink_to(keep)
+    own = export_coreml(y, tmp_path / "own.mlpackage")
+    assert foreign_reason(own) is None
+    other = tmp_path / "other.mlpackage"  # a package without aneforge's mark
+    shutil.copytree(own, other)
+    spec = load_spec(other)
+    del spec.description.metadata.userDefined["com.aneforge.version"]
+    (other / "Data/com.apple.CoreML/model.mlmodel").write_bytes(spec.SerializeToString())
+    before = _tree(tmp_path)
+    refused = [("keep", "other files (thesis.tex)"), ("file", "a file"),
+               ("link", "a symbolic link"), ("other", "without aneforge's mark")]  # fmt: skip
+    for name, why in refused:
+        with pytest.raises(ExportError, match=re.escape(why)):
+            export_coreml(y, tmp_path / f"{name}.mlpackage")
+    assert _tree(tmp_path) == before and (keep / "thesis.tex").read_text() == "years of work"
+    again = export_coreml(y * 2.0, own)  # its own package: replaced without force
+    assert again == own and foreign_reason(own) is None
+    export_coreml(y, keep, force=True)
+    assert foreign_reason(keep) is None and not (keep / "thesis.tex").exists()
+    export_coreml(y, tmp_path / "link.mlpackage", force=True)  # the link goes, not its folder
+    assert not (tmp_path / "link.mlpackage").is_symlink() and foreign_reason(keep) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "file.mlpackage", "keep.mlpackage", "link.mlpackage", "other.mlpackage", "own.mlpackage"
+    ]  # fmt: skip
+
+
+def test_export_paths_are_checked_before_any_work(tmp_path):
+    y = af.input((2,), name="x").relu()
+    (tmp_path / "afile").write_text("")
+    for path, why in [("", "is empty"), ("/proc/x.mlpackage", "cannot write into '/proc'"),
+                      (tmp_path / "afile" / "x.mlpackage", "is not a folder")]:  # fmt: skip
+        with pytest.raises(ExportError, match=re.escape(why)):
+            export_coreml(y, path)
+
+
+def test_a_failed_rename_puts_the_replaced_package_back(tmp_path, monkeypatch):
+    from aneforge.io import coreml_package
+
+    y = af.input((2,), name="x").relu()
+    path = export_coreml(y, tmp_path / "m.mlpackage")
+    before = {p: p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    rename = coreml_package.os.rename
+
+    def failing(src, dst):
+        if Path(src).name == "m.mlpackage" and Path(dst) == path:
+            raise OSError(28, "No space left on device")
+        return rename(src, dst)
+
+    monkeypatch.setattr(coreml_package.os, "rename", failing)
+    with pytest.raises(ExportError, match="No space left"):
+        export_coreml(y * 3.0, path)
+    assert {p: p.read_bytes() for p in path.rglob("*") if p.is_file()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m.mlpackage"]  # no staging left
+
+
+def test_the_mark_reader_agrees_with_protobuf_on_mutated_specs(tmp_path):
+    """The package mark is read from the protobuf wire format by hand: on a real spec,
+    on it with each byte of the mark's key changed, and on 600 seeded mutations (bytes
+    flipped, cut, spliced), it never raises and agrees with protobuf's own parser
+    wherever that parses."""
+    from google.protobuf.message import DecodeError
+
+    from aneforge.io.coreml_package import MARK, _marked
+
+    spec = load_spec(export_coreml(af.input((2,), name="x").relu(), tmp_path / "m.mlpackage"))
+    data = spec.SerializeToString()
+    at = data.index(MARK.encode())
+    variants = [data] + [data[: at + k] + b"#" + data[at + k + 1 :] for k in range(len(MARK))]
+    rng = np.random.default_rng(13)
+    for i in range(600):
+        b = bytearray(data)
+        if i % 3 == 0:
+            for k in rng.integers(0, len(b), size=rng.integers(1, 4)):
+                b[k] = int(rng.integers(0, 256))
+        elif i % 3 == 1:
+            b = b[: int(rng.integers(0, len(b)))]
+        else:
+            k = int(rng.integers(0, len(b)))
+            b = b[:k] + bytes(rng.integers(0, 256, size=int(rng.integers(1, 16))).tolist()) + b[k:]
+        variants.append(bytes(b))
+    seen = Counter()
+    for i, b in enumerate(variants):
+        mine = _marked(b)
+        other = type(spec)()
+        try:
+            other.ParseFromString(b)
+        except (DecodeError, RuntimeError, ValueError):
+            continue
+        assert mine == (MARK in other.description.metadata.userDefined), i
+        seen[mine] += 1
+    assert seen[True] > 10 and seen[False] >= len(MARK)

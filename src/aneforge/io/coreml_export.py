@@ -36,6 +36,9 @@ Contract:
   is too old raises :class:`ExportError` instead.
 - **Deterministic.** The same Program gives the same MIL program (names included); the
   package differs only in coremltools' conversion-date metadata.
+- **Files.** An existing ``path`` is replaced only when it is a package aneforge wrote
+  (:mod:`aneforge.io.coreml_package` says how it knows); anything else there raises
+  :class:`ExportError` unless ``force=True``. The path is checked before any work.
 - **Numerics.** Core ML picks its own kernels: accumulator widths, transcendental
   functions and tie orders are the device's, not the emulator's (docs/export.md).
 
@@ -55,19 +58,17 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import os
 import re
-import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import AneforgeError
 from ..graph.naming import layer_names, user_name
 from ..graph.tensor import Tensor
 from .coreml_ops import DECOMPOSED, LOWERINGS, NOT_EXPRESSIBLE, LoweringContext
+from .coreml_package import MARK, ExportError, check_package_path, write_package
 
 #: iOS version of the ML Program opset each MIL-capable target family deploys to: the
 #: OS its first chips shipped with, floored at iOS 15 (the first to run ML Programs).
@@ -82,10 +83,6 @@ DEFAULT_IOS = 17  # no target: iOS 17 / macOS 14
 MIN_IOS = 15  # ML Programs start at iOS 15 / macOS 12
 ENCODED_IOS = 16  # constexpr ops: int8, int4 and sparse weights decoded at load time
 FP16_IO_IOS = 16  # fp16 multiarray inputs and outputs
-
-
-class ExportError(AneforgeError, ValueError):
-    """A program cannot be exported as asked (the message says what and what to do)."""
 
 
 def deployment_label(ios: int) -> str:
@@ -543,6 +540,9 @@ def _build(low: CoreMLLowering, prog, outs, nodes, feeds):
                 new_ops = list(func.operations)[start:]
                 used.update(v.name for op in new_ops for v in op.outputs)
                 low.nodes.append(NodeRecord(index, node.op, emitted_since(start, new_ops), name))
+            for t in outs:  # a weight that is itself an output has had no consumer
+                if id(t) not in values:
+                    var_of(t)
             start = len(func.operations)
             func.set_outputs(_outputs(mb, low, outs, values, feeds is not None))
             if emitted_since(start):
@@ -632,14 +632,17 @@ def export_coreml(
     output_names=None,
     optimize: bool = False,
     return_lowering: bool = False,
+    force: bool = False,
 ):
     """Write ``program`` as an fp16 Core ML ML Program package at ``path``.
 
     Args:
         program: a :class:`~aneforge.compiler.program.Program`, or output tensors (taken
             as built, ``opt=0``).
-        path: the package to write; must end in ``.mlpackage`` (replaced if it exists;
-            written to a temporary sibling first, then renamed).
+        path: the package to write; must end in ``.mlpackage``. An existing path is
+            replaced only if it is a package aneforge wrote (:mod:`aneforge.io.
+            coreml_package`); anything else raises, unless ``force``. Written to a
+            staging folder beside it first, then renamed.
         target: an engine target (name or Target) whose OS generation sets the
             deployment target; default the program's own target.
         minimum_deployment_target: overrides ``target`` (``'iOS17'``, ``'macOS14'``,
@@ -649,17 +652,18 @@ def export_coreml(
         optimize: also run coremltools' default MIL passes (fusions, constant
             folding); the package is then no longer op for op the aneforge program.
         return_lowering: return ``(path, CoreMLLowering)`` instead of the path.
+        force: replace whatever exists at ``path`` (a file, a folder and everything in
+            it, a package another tool wrote).
 
     Returns:
         The package's :class:`~pathlib.Path`.
 
     Raises:
         ExportError: coremltools is missing, an op cannot be lowered (all listed), the
-            deployment target is too old for the program, or ``path`` is not a package.
+            deployment target is too old for the program, ``path`` is not a package
+            path, cannot be written, or holds something aneforge did not write.
     """
-    path = Path(path)
-    if path.suffix != ".mlpackage":
-        raise ExportError(f"export_coreml: path {str(path)!r} must end in '.mlpackage'")
+    path = check_package_path(path, force)  # before any work
     low = lower_program(program, target, minimum_deployment_target, io_dtype=io_dtype,
                         output_names=output_names)  # fmt: skip
     model = convert(low, optimize=optimize)
@@ -667,17 +671,10 @@ def export_coreml(
 
     model.short_description = f"aneforge {__version__} export ({low.deployment})"
     meta = model.user_defined_metadata
-    meta["com.aneforge.version"] = __version__
+    meta[MARK] = __version__  # what marks the package as aneforge's to replace
     meta["com.aneforge.deployment"] = low.deployment
     meta["com.aneforge.program_hash"] = _program_hash(program)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.mlpackage")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save(str(tmp))
-    if path.exists():
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    os.replace(tmp, path)
+    path = write_package(model, path, force)
     return (path, low) if return_lowering else path
 
 
