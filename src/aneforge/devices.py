@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import DeviceUnavailable, OptionError
+from .errors import OptionError
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,9 @@ def devices() -> list[str]:
 def get_device(device=None) -> Device:
     """Resolve ``device``: None (the emulator), a registered name, or a Device.
 
-    Raises :class:`~aneforge.errors.DeviceUnavailable` when the device cannot run here.
+    Raises :class:`~aneforge.errors.DeviceUnavailable` when the device cannot run here,
+    :class:`~aneforge.errors.OptionError` for a name that is not registered or a value
+    that is no device at all.
     """
     if device is None:
         device = "emulator"
@@ -199,4 +201,7 @@ def get_device(device=None) -> Device:
         return factory()
     if isinstance(device, Device):
         return device
-    raise DeviceUnavailable(f"{device!r} does not implement the Device protocol")
+    raise OptionError(
+        f"device {device!r} ({type(device).__name__}) is neither a registered device name "
+        f"({', '.join(devices())}) nor an object implementing the Device protocol"
+    )

@@ -140,7 +140,7 @@ def _case(name, rng):
         shape = tuple(int(d) for d in rng.integers(1, 6, size=int(rng.integers(1, 4))))
         x = af.input(shape, name="x")
         axes = None if rng.random() < 0.4 else int(rng.integers(len(shape)))
-        eps = float(rng.choice([1e-5, 0.0, 1e-9, 0.5, 1e6, -1e-3]))
+        eps = float(rng.choice([1e-5, 0.0, 1e-9, 0.5, 6e4, -1e-3]))
         return [minmax_norm(x, axes=axes, eps=eps)], [x], [r]
     if name == "lrn":
         c = int(rng.integers(1, 7))
@@ -187,7 +187,7 @@ def _case(name, rng):
     if name == "scaled_elementwise":
         a = af.input((2, 3), name="a")
         op = str(rng.choice(["add", "sub", "mul"]))
-        scale = float(rng.choice([1.0, 0.5, 3.0, -2.0, 0.0, 1e6, 2.0**-20]))
+        scale = float(rng.choice([1.0, 0.5, 3.0, -2.0, 0.0, 6e4, 2.0**-20]))
         if rng.random() < 0.3:  # a broadcast weight as the second operand
             w = rng.choice([0.0, -1.5, 4.0, 300.0, np.inf], size=(3,))
             return [scaled_elementwise(a, w, op=op, scale=scale)], [a], [r]
@@ -262,7 +262,7 @@ def _direct_nodes():
     yield input_view(v, (1, 1), (1, 3))
     yield dynamic_slice(v, af.input((2,)), (1, 3))
     for op in ("add", "sub", "mul"):
-        for scale in (0.5, 0.0, 1e6, -3.0):
+        for scale in (0.5, 0.0, 6e4, -3.0):
             yield scaled_elementwise(v, af.input((2, 5)), op=op, scale=scale)
 
 
@@ -443,13 +443,9 @@ def test_scaled_elementwise_nan_from_zero_times_inf_inside():
     rule = get_op("scaled_elementwise").range
     iv = rule(node, [Interval(-1.0, 2.0), Interval(1.0, math.inf)], RangeEnv())
     assert iv.nan
-    big = scaled_elementwise(af.input((2,)), af.input((2,)), op="add", scale=1e6)
-    iv = rule(big, [Interval(-1.0, 2.0), Interval(-1.0, 1.0)], RangeEnv())
-    assert iv.nan  # fp16(1e6) = inf, times a zero sum
-    got = get_op("scaled_elementwise").emulate(
-        [np.array([1.0, 0.0]), np.array([-1.0, 0.0])], dict(big.attrs)
-    )
-    assert np.isnan(got).all()
+    # a scale past fp16 (it would round to inf) is refused where the op is built
+    with pytest.raises(af.AttributeValueError, match="scale"):
+        scaled_elementwise(af.input((2,)), af.input((2,)), op="add", scale=1e6)
 
 
 # ---- internal-step hazards ------------------------------------------------------------

@@ -26,9 +26,15 @@ the largest proxy among the reliable, default signals (the ``hotspots``). Modes:
 - ``compile_cliff``: ``group_norm``'s tiled lowering reduces over
   ``[1, G, C/groups, H*W]``; past ``max(C/groups, H*W) > 65536`` it falls off the cliff
   (proxy 1). The emulator does not model the cliff, so this mode is not calibrated.
+- ``attribute``: a float attribute the engine holds in fp16 (an eps, a scale, a
+  radius...) that fp16 turns into 0 or into a subnormal more than 2**-8 off
+  (:func:`aneforge.graph.registry.held_roundings`; building such a node warns once when
+  the value was given). ``layer_norm(eps=1e-12)`` computes with eps 0, so a
+  zero-variance row gives NaN. Certain, but whether it matters depends on the data:
+  informational (proxy 0), yet listed even without ``verbose``.
 
-Informational nodes are listed only with ``verbose=True`` and never enter the signal or
-the warning.
+Informational nodes are listed only with ``verbose=True`` (attribute roundings always)
+and never enter the signal or the warning.
 
 The narrow-sum proxy (calibrated: ``bench/precision_calibration.py`` prints the table,
 ``tests/analysis/test_precision_risk.py`` holds it). Each partial sum of the narrow
@@ -90,7 +96,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import AneforgeError, OptionError, PrecisionWarning
-from ..graph.registry import get_op
+from ..graph.registry import get_op, held_roundings
 from ..tables import TableMixin
 from .divergence import narrow_terms
 from .ranges import range_analysis
@@ -110,7 +116,7 @@ _GROUP_NORM_AXIS_LIMIT = 65536
 _UNIT_ROUNDOFF = 2.0**-11
 
 #: Every mode, in the order reports list them.
-MODES = ("narrow_sum", "range", "compile_cliff", "cancel_sub")
+MODES = ("narrow_sum", "range", "compile_cliff", "cancel_sub", "attribute")
 
 # The narrow sums inside these ops add same-sign terms: exp (softmax, sdpa) and squares
 # (the norms). layer/group_norm also sum x for the mean, but that sum's rounding reaches
@@ -286,10 +292,11 @@ def precision_risk(out, verbose: bool = False, target=None, input_ranges=None) -
                 entries.append(
                     NodeRisk(i, node.op, node.shape, mode, proxy, terms, info, detail, fix)
                 )
+        entries += _attribute_risks(i, node)
     entries += _range_risks(program, arch, input_ranges)
     entries.sort(key=lambda e: e.index)
     hot = sorted((e for e in entries if not e.informational), key=lambda e: -e.proxy)
-    listed = tuple(e for e in entries if verbose or not e.informational)
+    listed = tuple(e for e in entries if verbose or not e.informational or e.mode == "attribute")
     signal = max((e.proxy for e in hot), default=0.0)
     return PrecisionReport(float(signal), listed, tuple(hot), arch, bool(verbose))
 
@@ -320,6 +327,38 @@ def check_precision(program, strict: bool = False, stacklevel: int = 3) -> Preci
         raise PrecisionError(message, report)
     warnings.warn(message, PrecisionWarning, stacklevel=stacklevel)
     return report
+
+
+# ---- attributes fp16 rounds away ------------------------------------------------------
+
+
+def _attribute_risks(index: int, node) -> list[NodeRisk]:
+    """The held float attributes of ``node`` that fp16 turns into 0 or a coarse
+    subnormal, as informational entries (listed by default: they are certain).
+
+    Example:
+        >>> import warnings, aneforge as af
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     y = af.layer_norm(af.input((2, 8)), eps=1e-12)
+        >>> (e,) = precision_risk(y).by_mode("attribute")
+        >>> e.op, e.informational, e.detail[:31]
+        ('layer_norm', True, 'layer_norm: eps=1e-12 is 0 in f')
+    """
+    return [
+        NodeRisk(
+            index,
+            node.op,
+            node.shape,
+            "attribute",
+            0.0,
+            None,
+            True,
+            r.detail,
+            r.fix,
+        )
+        for r in held_roundings(get_op(node.op), node.attrs)
+    ]
 
 
 # ---- range hazards --------------------------------------------------------------------

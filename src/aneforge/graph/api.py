@@ -15,9 +15,11 @@ Example:
 
 from __future__ import annotations
 
-from ..errors import ShapeError
+import numpy as np
+
+from ..errors import AttributeValueError, ShapeError
 from .ops.elementwise import BINARY, COMPARE, UNARY
-from .registry import get_op
+from .registry import check_int, describe, get_op
 from .tensor import Tensor, as_tensor, make
 
 
@@ -184,6 +186,8 @@ def cumsum(x, axis=-1, *, name=None) -> Tensor:
         >>> af.cumsum(af.input((2, 5))).shape
         (2, 5)
     """
+    x = as_tensor(x, "cumsum input")
+    axis = check_int(axis, "cumsum", None, "axis")
     if axis not in (-1, len(x.shape) - 1):
         raise ShapeError(
             f"cumsum: only the last axis is supported, got axis={axis} for shape {x.shape}; "
@@ -306,7 +310,7 @@ def reshape(x, shape, *, name=None) -> Tensor:
         >>> af.reshape(af.input((2, 6)), (3, -1)).shape
         (3, 4)
     """
-    return make("reshape", x, shape=tuple(shape), name=name)
+    return make("reshape", x, shape=shape, name=name)
 
 
 def transpose(x, perm=None, *, name=None) -> Tensor:
@@ -317,7 +321,7 @@ def transpose(x, perm=None, *, name=None) -> Tensor:
         >>> af.transpose(af.input((2, 3, 4)), (0, 2, 1)).shape
         (2, 4, 3)
     """
-    return make("transpose", x, perm=None if perm is None else tuple(perm), name=name)
+    return make("transpose", x, perm=perm, name=name)
 
 
 def concat(tensors, axis=0, *, name=None) -> Tensor:
@@ -328,6 +332,11 @@ def concat(tensors, axis=0, *, name=None) -> Tensor:
         >>> af.concat([af.input((2, 3)), af.input((2, 5))], axis=1).shape
         (2, 8)
     """
+    if not isinstance(tensors, (list, tuple)):
+        raise ShapeError(
+            f"concat: tensors must be a list or tuple of tensors, got {describe(tensors)}; "
+            "e.g. af.concat([a, b], axis=1)"
+        )
     return make("concat", *tensors, axis=axis, name=name)
 
 
@@ -339,7 +348,7 @@ def slice(x, begins, ends, steps=None, *, name=None) -> Tensor:  # noqa: A001  (
         >>> af.slice(af.input((4, 6)), (0, 2), (4, 6)).shape
         (4, 4)
     """
-    return make("slice", x, begins=tuple(begins), ends=tuple(ends), steps=steps, name=name)
+    return make("slice", x, begins=begins, ends=ends, steps=steps, name=name)
 
 
 def squeeze(x, axes=None, *, name=None) -> Tensor:
@@ -488,15 +497,15 @@ def gather(x, indices, axis=0, *, name=None) -> Tensor:
         >>> af.gather(af.input((4, 3)), [3, 3, 0]).shape
         (3, 3)
     """
-    from ..errors import AttributeValueError
-
-    items = tuple(indices) if hasattr(indices, "__len__") else (indices,)
-    if any(hasattr(i, "__len__") for i in items):
+    nested = isinstance(indices, (list, tuple)) and any(
+        isinstance(i, (list, tuple, np.ndarray)) for i in indices
+    )
+    if nested or (isinstance(indices, np.ndarray) and indices.ndim > 1):
         raise AttributeValueError(
-            f"gather: indices must be a flat list of integers, got {indices!r}; "
+            f"gather: indices must be a flat list of integers, got {describe(indices)}; "
             "flatten them and reshape the result instead"
         )
-    return make("gather", x, indices=items, axis=axis, name=name)
+    return make("gather", x, indices=indices, axis=axis, name=name)
 
 
 Tensor.gather = gather

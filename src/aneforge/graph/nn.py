@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import AttributeValueError, ShapeError
 from . import api
-from .tensor import Tensor, weight
+from .registry import check_int, describe, get_op
+from .tensor import Tensor, as_tensor, weight
 
 
 def mha(x, wq, wk, wv, wo, heads: int, kv=None, mask=None, *, name=None) -> Tensor:
@@ -34,7 +35,13 @@ def mha(x, wq, wk, wv, wo, heads: int, kv=None, mask=None, *, name=None) -> Tens
         >>> af.nn.mha(x, *ws, heads=2).shape
         (2, 8, 16)
     """
-    kv = x if kv is None else kv
+    heads = check_int(heads, "mha", 1, "heads")
+    x = as_tensor(x, "mha x")
+    kv = x if kv is None else as_tensor(kv, "mha kv")
+    if x.ndim != 3 or kv.ndim != 3:
+        raise ShapeError(
+            f"mha: x and kv must be [batch, length, width], got {x.shape} and {kv.shape}"
+        )
     b, s, d = x.shape
     t = kv.shape[1]
     if d % heads:
@@ -73,9 +80,12 @@ def mlp(x, w1, b1, w2, b2, activation: str = "gelu", *, name=None) -> Tensor:
         >>> af.nn.mlp(x, np.zeros((16, 8)), np.zeros(16), np.zeros((8, 16)), np.zeros(8)).shape
         (4, 8)
     """
-    act = api.ELEMENTWISE.get(activation)
-    if act is None:
-        raise ShapeError(f"mlp: unknown activation '{activation}'")
+    act = api.ELEMENTWISE.get(activation) if isinstance(activation, str) else None
+    if act is None or get_op(activation).arity != 1:
+        raise AttributeValueError(
+            f"mlp: unknown activation {describe(activation)}; use a unary op name such as "
+            "'gelu' or 'relu'"
+        )
 
     def sub(part):
         return None if name is None else f"{name}/{part}"
@@ -99,7 +109,7 @@ def small_cnn(seed: int = 0, image: int = 32, classes: int = 10):
         >>> y.shape
         (1, 10)
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_int(seed, "small_cnn", 0, "seed"))
     x = api_input((1, 3, image, image), "image")
     h = x
     cin = 3
@@ -131,7 +141,7 @@ def transformer_block(seed: int = 0, seq: int = 32, width: int = 64, heads: int 
         >>> y.shape
         (1, 32, 64)
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_int(seed, "transformer_block", 0, "seed"))
     x = api_input((1, seq, width), "tokens")
     ln1 = api.layer_norm(x, weight(np.ones(width)), weight(np.zeros(width)))
     proj = [_init(rng, (width, width), width) for _ in range(4)]

@@ -12,15 +12,36 @@ Example:
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..errors import AttributeValueError
+import numpy as np
+
+from ..errors import AttributeValueError, PrecisionWarning, ShapeError
+from .fp16 import FP16_MAX
 
 # kind of an op: "source" (input / weight, no computation), "fused" (runs inside a
 # fused engine program). Bridge ops arrive with the optimizer issue.
 KINDS = ("source", "fused", "bridge")
+
+#: How an op uses a float attribute (``Attr.fp16``): "held" as an fp16 constant (kernels
+#: round it, ``Steps.const``: it must fit fp16, and turning into 0 or a coarse subnormal
+#: is reported), "value" unrounded inside one rounded step (it must fit fp16, the rule of
+#: a weight ``x * a``), "bound" only compared against values (``clip``: rounding it gives
+#: the same results, so any finite value is accepted).
+FP16_USES = ("held", "value", "bound")
+#: What an attribute holds (``Attr.kind``): an integer, integers (an int or a sequence),
+#: a float, a bool, one of a set of strings, or something an op checks its own way.
+ATTR_KINDS = ("int", "ints", "float", "bool", "choice", "other")
+#: The smallest normal fp16 value; below it a value keeps fewer than 11 bits.
+FP16_MIN_NORMAL = 2.0**-14
+#: A held subnormal attribute further than this (relative) from its value is reported:
+#: it has fewer than 8 correct bits where a normal fp16 constant is within 2**-11.
+SUBNORMAL_REPORT = 2.0**-8
 
 ShapeRule = Callable[[list[tuple[int, ...]], dict[str, Any]], tuple[int, ...]]
 Kernel = Callable[..., Any]
@@ -39,12 +60,33 @@ class Attr:
     """One attribute of an op: its default and a check that normalizes the given value.
 
     ``check(value, op_name) -> value`` raises :class:`AttributeValueError` for bad input.
-    ``required`` attributes have no default.
+    ``required`` attributes have no default. ``fp16`` says how the op uses a float value
+    (:data:`FP16_USES`) and ``underflow`` what happens when a held value becomes 0 in
+    fp16 (the consequence the build-time warning names). ``kind`` names the value's
+    type for tools and tests (:data:`ATTR_KINDS`); the check alone decides what passes.
     """
 
     check: Callable[[Any, str], Any]
     default: Any = None
     required: bool = False
+    fp16: str = "held"
+    underflow: str = ""
+    kind: str = "other"
+
+
+class HeldRounding(NamedTuple):
+    """A held float attribute that fp16 turns into 0 or a coarse subnormal."""
+
+    name: str
+    value: float
+    held: float
+    detail: str
+    fix: str
+
+    @property
+    def message(self) -> str:
+        """What the build-time warning says: the detail, then the fix."""
+        return f"{self.detail}; {self.fix}"
 
 
 @dataclass(frozen=True)
@@ -54,7 +96,8 @@ class OpDef:
     Attributes:
         name: the op's name (``Tensor.op``).
         kind: one of :data:`KINDS`.
-        arity: number of tensor inputs, or ``None`` for a variable count.
+        arity: number of tensor inputs, or ``None`` for a variable count, between
+            ``min_arity`` and ``max_arity`` (None: no upper bound).
         attrs: the attribute schema, name -> :class:`Attr`.
         shape: shape rule ``(input_shapes, attrs) -> output_shape``; raises
             :class:`~aneforge.errors.ShapeError` on shapes it cannot combine.
@@ -79,9 +122,38 @@ class OpDef:
     doc: str = ""
     flags: frozenset[str] = field(default_factory=frozenset)
     range: RangeRule | None = None
+    min_arity: int = 1
+    max_arity: int | None = None
+
+    def check_arity(self, count: int) -> None:
+        """Refuse ``count`` tensor inputs unless the op takes that many.
+
+        Example:
+            >>> get_op("conv").check_arity(1)
+            Traceback (most recent call last):
+            ...
+            aneforge.errors.ShapeError: conv: takes 2 to 3 input(s), got 1
+        """
+        lo, hi = (
+            (self.arity, self.arity) if self.arity is not None else (self.min_arity, self.max_arity)
+        )
+        if count >= lo and (hi is None or count <= hi):
+            return
+        want = str(lo) if lo == hi else f"at least {lo}" if hi is None else f"{lo} to {hi}"
+        raise ShapeError(f"{self.name}: takes {want} input(s), got {count}")
 
     def normalize_attrs(self, given: dict[str, Any]) -> dict[str, Any]:
-        """Validate ``given`` against the schema and fill in defaults."""
+        """Validate ``given`` against the schema and fill in defaults.
+
+        Every op's attributes pass the same rules here: an attribute left out takes its
+        default; an explicit ``None`` is accepted only where None is the default (it
+        means something documented there: "all axes", "no bound"...) and refused
+        elsewhere, never quietly read as the default; each value passes its check
+        (integers are ``int``/``np.integer``, never bool; numbers never arrays); every
+        float must fit fp16 (the rule weights follow: the engine computes in fp16), and
+        a held float that fp16 turns into 0 or a coarse subnormal is warned about once
+        per node, naming its fp16 value and the consequence.
+        """
         unknown = sorted(set(given) - set(self.attrs))
         if unknown:
             raise AttributeValueError(
@@ -90,13 +162,126 @@ class OpDef:
             )
         out = {}
         for key, spec in self.attrs.items():
-            if key in given and given[key] is not None:
-                out[key] = spec.check(given[key], self.name)
-            elif spec.required:
-                raise AttributeValueError(f"{self.name}: attribute '{key}' is required")
-            else:
+            if key not in given:
+                if spec.required:
+                    raise AttributeValueError(f"{self.name}: attribute '{key}' is required")
                 out[key] = spec.default
+                continue
+            value = given[key]
+            if value is None:
+                if spec.required:
+                    raise AttributeValueError(
+                        f"{self.name}: attribute '{key}' is required, got None"
+                    )
+                if spec.default is not None:
+                    raise AttributeValueError(
+                        f"{self.name}: {key}=None has no meaning here; leave it out for the "
+                        f"default {key}={spec.default!r} or give a value"
+                    )
+                out[key] = None
+                continue
+            out[key] = _plain(self.name, key, spec.check(value, self.name))
+            if isinstance(out[key], float) and spec.fp16 != "bound":
+                check_fp16_range(out[key], self.name, key)
+        losses = [r for r in held_roundings(self, out) if out[r.name] != self.attrs[r.name].default]
+        if losses:
+            warnings.warn(
+                "; ".join(r.message for r in losses), PrecisionWarning, stacklevel=_user_level()
+            )
         return out
+
+
+def _plain(op: str, key: str, value):
+    """``value`` if it is a plain constant (what node attributes hold: hashable, compared
+    by value); a check letting anything else through is caught here."""
+    plain = (type(None), bool, int, float, str)
+    if isinstance(value, plain) or (
+        isinstance(value, tuple) and all(isinstance(v, plain) for v in value)
+    ):
+        return value
+    raise AttributeValueError(f"{op}: {key} must be a plain value, got {describe(value)}")
+
+
+def check_fp16_range(value: float, op: str, name: str) -> float:
+    """``value`` if it fits fp16 (it rounds to a finite value, |x| < 65520, the rule of
+    weights), else an :class:`AttributeValueError` naming the op and attribute.
+
+    Example:
+        >>> check_fp16_range(65504.0, "sdpa", "scale")
+        65504.0
+        >>> try:
+        ...     check_fp16_range(1e5, "sdpa", "scale")
+        ... except AttributeValueError as err:
+        ...     print(str(err)[:56])
+        sdpa: scale=100000.0 is beyond the fp16 range (|x| <= 65
+    """
+    if np.isinf(_fp16(value)):
+        raise AttributeValueError(
+            f"{op}: {name}={value!r} is beyond the fp16 range (|x| <= {FP16_MAX:g}): the "
+            "engine would hold it as inf; give a value within +-65504 (rescale the input "
+            "or the output instead)"
+        )
+    return value
+
+
+def _fp16(value: float) -> float:
+    with np.errstate(over="ignore"):
+        return float(np.float16(value))
+
+
+def held_roundings(op: OpDef, attrs: dict[str, Any]) -> list[HeldRounding]:
+    """The held float attributes of a node of ``op`` (normalized ``attrs``, defaults
+    included) that fp16 turns into 0, or into a subnormal more than
+    :data:`SUBNORMAL_REPORT` off: what the build-time warning and the precision report
+    (:func:`aneforge.precision_risk`) name.
+
+    Example:
+        >>> (r,) = held_roundings(get_op("layer_norm"), {"eps": 1e-12})
+        >>> r.name, r.held, r.message[:36]
+        ('eps', 0.0, 'layer_norm: eps=1e-12 is 0 in fp16 (')
+    """
+    out = []
+    for key, spec in op.attrs.items():
+        value = attrs.get(key)
+        if spec.fp16 != "held" or not isinstance(value, float) or value == 0.0:
+            continue
+        held = _fp16(value)
+        if held == 0.0:
+            why = spec.underflow or f"the op computes with 0 in place of {value!r}"
+            detail = (
+                f"{op.name}: {key}={value!r} is 0 in fp16 (the engine holds it as an fp16 "
+                f"constant): {why}, where float64 does not"
+            )
+            fix = (
+                f"give |{key}| >= 2**-24 (5.96e-08, the smallest fp16 subnormal, held exactly) "
+                f"for a non-zero {key}"
+            )
+        elif abs(held) < FP16_MIN_NORMAL and abs(held - value) > SUBNORMAL_REPORT * abs(value):
+            off = (held - value) / value
+            detail = (
+                f"{op.name}: {key}={value!r} is the fp16 subnormal {held:.6g} ({off:+.1%}; "
+                "the engine holds it as an fp16 constant, and subnormals keep fewer bits)"
+            )
+            fix = (
+                f"give a normal value (|{key}| >= 6.1e-05) or one fp16 holds exactly (a "
+                "multiple of 2**-24) to compute with the value given"
+            )
+        else:
+            continue
+        out.append(HeldRounding(key, value, held, detail, fix))
+    return out
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _user_level() -> int:
+    """The ``warnings.warn`` stacklevel, for the function calling this, of the first
+    frame outside the aneforge package: a warning points at the user's line."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 _REGISTRY: dict[str, OpDef] = {}
@@ -115,6 +300,8 @@ def register(op: OpDef) -> OpDef:
 def get_op(name: str) -> OpDef:
     """Return the record of op ``name``."""
     _ensure_loaded()
+    if not isinstance(name, str):
+        raise AttributeValueError(f"op names are strings, got {describe(name)}")
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -140,10 +327,43 @@ def _ensure_loaded() -> None:
 # ---- attribute checks shared by many ops -------------------------------------------
 
 
+def is_integer(value) -> bool:
+    """True for Python and NumPy integers; False for bools and everything else (a float
+    that happens to be whole, a string of digits, a 0-d array). The one rule for dims,
+    axes, sizes and every other integer aneforge takes.
+
+    Example:
+        >>> import numpy as np
+        >>> [is_integer(v) for v in (3, np.int64(3), 3.0, "3", True)]
+        [True, True, False, False, False]
+    """
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def describe(value) -> str:
+    """A short description of a rejected value for a message: its repr (cut to 60
+    characters) and, unless it is a plain Python value, its type; an array by its shape
+    and dtype.
+
+    Example:
+        >>> import numpy as np
+        >>> describe(2.5), describe(True), describe(np.zeros((2, 3)))
+        ('2.5', 'True (bool)', 'an array of shape (2, 3) (float64)')
+    """
+    if isinstance(value, np.ndarray):
+        return f"an array of shape {value.shape} ({value.dtype})"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    if type(value) in (int, float, str, list, tuple, dict, set, type(None)):
+        return text
+    return f"{text} ({type(value).__name__})"
+
+
 def check_int(value, op: str, lo: int | None = None, name: str = "value") -> int:
-    """Accept a Python/NumPy integer no smaller than ``lo``."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise AttributeValueError(f"{op}: {name} must be an integer, got {value!r}")
+    """Accept a Python/NumPy integer (not a bool) no smaller than ``lo``."""
+    if not is_integer(value):
+        raise AttributeValueError(f"{op}: {name} must be an integer, got {describe(value)}")
     value = int(value)
     if lo is not None and value < lo:
         raise AttributeValueError(f"{op}: {name} must be >= {lo}, got {value}")
@@ -151,59 +371,88 @@ def check_int(value, op: str, lo: int | None = None, name: str = "value") -> int
 
 
 def check_float(value, op: str, name: str = "value") -> float:
-    """Accept a finite real number."""
+    """Accept a finite real number: a Python or NumPy int or float, never a bool, a
+    string or an array."""
+    numeric = isinstance(value, (int, float, np.integer, np.floating))
+    if not numeric or isinstance(value, (bool, np.bool_)):
+        raise AttributeValueError(f"{op}: {name} must be a number, got {describe(value)}")
     try:
         out = float(value)
-    except (TypeError, ValueError):
-        raise AttributeValueError(f"{op}: {name} must be a number, got {value!r}") from None
+    except OverflowError:
+        raise AttributeValueError(
+            f"{op}: {name}={describe(value)} is beyond the fp16 range (|x| <= {FP16_MAX:g})"
+        ) from None
     if out != out or out in (float("inf"), float("-inf")):
         raise AttributeValueError(f"{op}: {name} must be finite, got {value!r}")
     return out
 
 
+def int_items(value) -> tuple | None:
+    """The items of an int-or-sequence value: ``(value,)`` for an integer, the items of
+    a list, tuple, range or 1-D array; None for anything else (a set or dict has no
+    order, a string is text, a Tensor is computed at run time). Items are not checked.
+
+    Example:
+        >>> import numpy as np
+        >>> int_items(np.array([2, 3])), int_items({1: 2})
+        ((2, 3), None)
+    """
+    if is_integer(value):
+        return (value,)
+    if isinstance(value, np.ndarray):
+        return tuple(value.tolist()) if value.ndim == 1 else None
+    if isinstance(value, (list, tuple, range)):
+        return tuple(value)
+    return None
+
+
 def check_int_tuple(value, op: str, lo: int | None = None, name: str = "value"):
-    """Accept an int or a sequence of ints, returned as a tuple."""
-    if isinstance(value, (int,)) or hasattr(value, "__index__"):
-        value = (value,)
-    try:
-        items = tuple(value)
-    except TypeError:
-        raise AttributeValueError(f"{op}: {name} must be int(s), got {value!r}") from None
+    """Accept an int or a list/tuple/range/1-D array of ints, returned as a tuple."""
+    items = int_items(value)
+    if items is None:
+        raise AttributeValueError(
+            f"{op}: {name} must be an integer or a list/tuple of integers, got {describe(value)}"
+        )
     return tuple(check_int(v, op, lo, name) for v in items)
 
 
 def int_attr(default=None, lo=None, name="value", required=False) -> Attr:
     """An integer attribute with a lower bound."""
-    return Attr(lambda v, op: check_int(v, op, lo, name), default, required)
+    return Attr(lambda v, op: check_int(v, op, lo, name), default, required, kind="int")
 
 
-def float_attr(default=None, name="value", required=False) -> Attr:
-    """A finite float attribute."""
-    return Attr(lambda v, op: check_float(v, op, name), default, required)
+def float_attr(default=None, name="value", required=False, fp16="held", underflow="") -> Attr:
+    """A finite float attribute; ``fp16`` and ``underflow`` as in :class:`Attr`."""
+    if fp16 not in FP16_USES:
+        raise RuntimeError(f"float attribute '{name}': fp16 must be one of {FP16_USES}")
+    check = lambda v, op: check_float(v, op, name)  # noqa: E731
+    return Attr(check, default, required, fp16, underflow, kind="float")
 
 
 def ints_attr(default=None, lo=None, name="value", required=False) -> Attr:
     """An int-or-tuple-of-ints attribute."""
-    return Attr(lambda v, op: check_int_tuple(v, op, lo, name), default, required)
+    return Attr(lambda v, op: check_int_tuple(v, op, lo, name), default, required, kind="ints")
 
 
 def choice_attr(choices: tuple, default=None, name="value") -> Attr:
-    """An attribute restricted to ``choices``."""
+    """An attribute restricted to ``choices`` (strings)."""
 
     def check(value, op):
-        if value not in choices:
-            raise AttributeValueError(f"{op}: {name} must be one of {choices}, got {value!r}")
-        return value
+        if not isinstance(value, str) or value not in choices:
+            raise AttributeValueError(
+                f"{op}: {name} must be one of {choices}, got {describe(value)}"
+            )
+        return str(value)
 
-    return Attr(check, default)
+    return Attr(check, default, kind="choice")
 
 
 def bool_attr(default=False, name="value") -> Attr:
-    """A boolean attribute."""
+    """A boolean attribute (``True``/``False``, or a NumPy bool)."""
 
     def check(value, op):
-        if not isinstance(value, (bool,)):
-            raise AttributeValueError(f"{op}: {name} must be True or False, got {value!r}")
-        return value
+        if not isinstance(value, (bool, np.bool_)):
+            raise AttributeValueError(f"{op}: {name} must be True or False, got {describe(value)}")
+        return bool(value)
 
-    return Attr(check, default)
+    return Attr(check, default, kind="bool")

@@ -31,9 +31,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import AttributeValueError, DTypeError, ShapeError, WeightRangeError
+from ..limits import check_elements
 from .fp16 import round_fp16
 from .ranges import check_range
-from .registry import get_op
+from .registry import describe, get_op, int_items, is_integer
 
 MAX_RANK = 5
 _ACCEPTED_FLOATS = (np.float16, np.float32, np.float64)
@@ -212,22 +213,36 @@ def make(op_name: str, *srcs, name: str | None = None, **attrs) -> Tensor:
     """Build a node of op ``op_name``: validate attributes, infer and check the shape.
 
     Non-tensor sources (NumPy arrays, Python scalars) become weights. ``name`` (a
-    non-empty string, or None) labels the node; see :func:`check_name`.
+    non-empty string, or None) labels the node; see :func:`check_name`. The input count,
+    every attribute (:meth:`~aneforge.graph.registry.OpDef.normalize_attrs`) and the
+    output shape are checked here, so every op refuses a bad call the same way, with an
+    :class:`~aneforge.errors.AneforgeError` naming the op. A node that grows past its
+    inputs (``upsample(x, 10**9)``, a huge pad) must stay within
+    :func:`aneforge.limits.max_elements` elements, or it is a
+    :class:`~aneforge.errors.SizeLimitError` here rather than a MemoryError at run time;
+    graphs whose inputs are declared that large still build (preflight, estimates).
 
     Example:
         >>> import aneforge as af
         >>> make("add", af.input((2,)), 1.0, name="bias").name
         'bias'
     """
+    if not isinstance(op_name, str):
+        raise AttributeValueError(f"make: the op name must be a string, got {describe(op_name)}")
     if name is not None:
         name = check_name(name, op_name)
     op = get_op(op_name)
+    if op.kind == "source":
+        raise AttributeValueError(
+            f"make: '{op_name}' nodes are not built by make; declare them with af.{op_name}(...)"
+        )
+    op.check_arity(len(srcs))
     tensors = [as_tensor(s, f"{op_name} input {i}") for i, s in enumerate(srcs)]
-    if op.arity is not None and len(tensors) != op.arity:
-        raise ShapeError(f"{op_name}: takes {op.arity} input(s), got {len(tensors)}")
     norm = op.normalize_attrs(attrs)
     shape = tuple(int(d) for d in op.shape([t.shape for t in tensors], norm))
     _check_shape(shape, op_name)
+    if math.prod(shape) > max((t.size for t in tensors), default=0):
+        check_elements(shape, f"{op_name} output")
     return Tensor(op_name, tensors, FrozenAttrs(norm), shape, name=name)
 
 
@@ -278,6 +293,25 @@ def with_srcs(node: Tensor, srcs) -> Tensor:
     return Tensor(node.op, srcs, node.attrs, node.shape, name=node.name, value=node.value)
 
 
+def check_dims(shape, what: str) -> tuple[int, ...]:
+    """``shape`` (an integer, or a list/tuple/1-D array of them) as a tuple of Python
+    ints, or a :class:`~aneforge.errors.ShapeError` naming ``what``: only integers and
+    NumPy integers are dims (not 2.5, "3", True or inf). Sizes are checked apart.
+
+    Example:
+        >>> check_dims([2, 3], "input"), check_dims(4, "input")
+        ((2, 3), (4,))
+    """
+    items = int_items(shape)
+    bad = [d for d in items if not is_integer(d)] if items is not None else [shape]
+    if bad:
+        raise ShapeError(
+            f"{what}: shape must be integers, got {describe(shape)}; {describe(bad[0])} "
+            "is not a dimension (give ints, e.g. (2, 3))"
+        )
+    return tuple(int(d) for d in items)
+
+
 def _check_shape(shape: tuple[int, ...], what: str) -> None:
     if len(shape) > MAX_RANK:
         raise ShapeError(
@@ -323,11 +357,8 @@ def input(  # noqa: A001  (public API name)
     """
     if name is not None:
         name = check_name(name, "input")
-    try:
-        dims = tuple(int(d) for d in (shape if hasattr(shape, "__iter__") else (shape,)))
-    except (TypeError, ValueError):
-        raise ShapeError(f"input {name or ''}: shape must be ints, got {shape!r}") from None
     where = f"input '{name}'" if name else "input"
+    dims = check_dims(shape, where)
     _check_shape(dims, where)
     if max_abs is not None and range is not None:
         raise AttributeValueError(f"{where}: give range=(lo, hi) or max_abs=m, not both")
@@ -374,9 +405,22 @@ def weight(value, name: str | None = None) -> Tensor:
 def _as_float_array(value, label: str) -> np.ndarray:
     if isinstance(value, (bool, np.bool_)):
         raise DTypeError(f"weight '{label}': bool values cannot enter the fp16 dataplane")
+    if value is None:
+        raise DTypeError(f"weight '{label}': got None; give a tensor, an array or a number")
     if isinstance(value, (int, float)):
+        if isinstance(value, int) and value.bit_length() > 1000:  # past float64
+            raise WeightRangeError(
+                f"weight '{label}': value ~2**{value.bit_length()} is beyond the fp16 range "
+                "(|x| <= 65504); rescale it (and undo the scale after the op) or clip it first"
+            )
         return np.asarray(float(value), dtype=np.float64)
-    arr = np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as err:
+        raise ShapeError(
+            f"weight '{label}': {describe(value)} is not an array ({_first_line(err)}); "
+            "give a rectangular nested list or an array"
+        ) from None
     if arr.dtype.type in _ACCEPTED_FLOATS:
         return arr
     kind = arr.dtype.name
@@ -401,7 +445,14 @@ def as_tensor(value: Any, label: str = "value") -> Tensor:
     """Return ``value`` as a Tensor: tensors pass through, arrays/scalars become weights."""
     if isinstance(value, Tensor):
         return value
+    if value is None:
+        raise DTypeError(f"{label}: got None; give a tensor, an array or a number")
     try:
         return weight(value)
-    except (DTypeError, WeightRangeError) as err:
+    except (DTypeError, WeightRangeError, ShapeError) as err:
         raise type(err)(f"{label}: {err}") from None
+
+
+def _first_line(err: Exception) -> str:
+    """The first sentence of an exception's message (NumPy's run long)."""
+    return str(err).split("\n", 1)[0].split(". ", 1)[0].rstrip(".")

@@ -65,8 +65,9 @@ import numbers
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import AttributeValueError, ShapeError
 from ..graph.fp16 import FP16_MAX, round_fp16
+from ..graph.registry import describe
 from ..graph.tensor import Tensor, _as_float_array, as_tensor, make, weight
 
 FP16_PRECISION = 11  # significand bits of binary16, the hidden bit included
@@ -364,10 +365,20 @@ class Paired:
             >>> p.hi.op, p.lo.op
             ('mul', 'mul')
         """
-        f = float(factor)
-        mant, _ = math.frexp(f)
+        numeric = isinstance(factor, (int, float, np.integer, np.floating))
+        if not numeric or isinstance(factor, (bool, np.bool_)):
+            raise AttributeValueError(
+                f"Paired.scale: factor must be a number (a power of two), got {describe(factor)}"
+            )
+        try:
+            f = float(factor)
+        except OverflowError:
+            f = math.inf
+        mant, _ = math.frexp(f) if math.isfinite(f) else (0.0, 0)
         if not (math.isfinite(f) and abs(mant) == 0.5):
-            raise ValueError(f"Paired.scale: factor must be a power of two, got {factor!r}")
+            raise AttributeValueError(
+                f"Paired.scale: factor must be a power of two (2.0**k), got {describe(factor)}"
+            )
         lo = self.lo if _is_zero(self.lo) else self.lo * f
         return Paired(self.hi * f, lo)
 

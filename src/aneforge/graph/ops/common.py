@@ -31,6 +31,11 @@ def norm_axes(op: str, axes, ndim: int) -> tuple[int, ...]:
     """Normalize ``axes`` (None = all) into a sorted tuple; duplicates raise."""
     if axes is None:
         return tuple(range(ndim))
+    bad = [a for a in axes if not -ndim <= a < ndim]
+    if bad:
+        raise AttributeValueError(
+            f"{op}: axes {tuple(axes)}: axis {bad[0]} is out of range for rank {ndim}"
+        )
     out = [norm_axis(op, a, ndim) for a in axes]
     if len(set(out)) != len(out):
         raise AttributeValueError(f"{op}: axes {tuple(axes)} repeat an axis")

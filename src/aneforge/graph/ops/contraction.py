@@ -160,6 +160,8 @@ for _name, _doc in (
 
 def _linear_shape(in_shapes, attrs):
     x, w = in_shapes[:2]
+    if len(x) < 1:
+        raise ShapeError(f"linear: input must have rank >= 1 (features last), got shape {x}")
     if len(w) != 2:
         raise ShapeError(f"linear: weight must be [out_features, in_features], got {w}")
     if x[-1] != w[1]:
@@ -221,6 +223,8 @@ register(
         doc="x @ W.T + b with W [out_features, in_features] (PyTorch layout), bias optional",
         flags=frozenset({"contraction"}),
         range=_linear_range,
+        min_arity=2,
+        max_arity=3,
     )
 )
 
@@ -410,6 +414,8 @@ register(
         doc="N-C-(H)-W convolution (cross-correlation), weight [Cout, Cin/groups, (kh), kw]",
         flags=frozenset({"contraction"}),
         range=_conv_range,
+        min_arity=2,
+        max_arity=3,
     )
 )
 
@@ -533,5 +539,7 @@ register(
         doc="transposed convolution, weight [Cin, Cout/groups, (kh), kw]",
         flags=frozenset({"contraction"}),
         range=_convt_range,
+        min_arity=2,
+        max_arity=3,
     )
 )

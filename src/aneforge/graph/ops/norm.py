@@ -475,10 +475,19 @@ _RANGES = {
 
 _AFFINE = {"has_weight": bool_attr(False, "has_weight"), "has_bias": bool_attr(False, "has_bias")}
 
+
+def _eps(default, what):
+    """The eps attribute; ``what`` is what an eps that fp16 turns into 0 leads to."""
+    return float_attr(default, "eps", underflow=what)
+
+
+_ZERO_VARIANCE = "a row of zero variance then gives NaN (0 * rsqrt(0))"
+_ZERO_ROW = "an all-zero row then gives NaN (0 * rsqrt(0))"
+
 _NORMS = {
     "layer_norm": (
         _layer_norm,
-        dict(_AFFINE, axis=int_attr(-1, None, "axis"), eps=float_attr(1e-5, "eps")),
+        dict(_AFFINE, axis=int_attr(-1, None, "axis"), eps=_eps(1e-5, _ZERO_VARIANCE)),
         0,
         "normalize over axes [axis, ndim) to zero mean and unit variance",
     ),
@@ -487,26 +496,30 @@ _NORMS = {
         {
             "has_weight": bool_attr(False, "has_weight"),
             "axis": int_attr(-1, None, "axis"),
-            "eps": float_attr(1e-5, "eps"),
+            "eps": _eps(1e-5, _ZERO_ROW),
         },
         0,
         "x / sqrt(mean(x**2) + eps) over axes [axis, ndim)",
     ),
     "group_norm": (
         _group_norm,
-        dict(_AFFINE, groups=int_attr(None, 1, "groups", True), eps=float_attr(1e-5, "eps")),
+        dict(
+            _AFFINE,
+            groups=int_attr(None, 1, "groups", True),
+            eps=_eps(1e-5, "a group of zero variance then gives NaN (0 * rsqrt(0))"),
+        ),
         0,
         "layer norm over each group of channels and all spatial positions",
     ),
     "batch_norm": (
         _batch_norm,
-        dict(_AFFINE, eps=float_attr(1e-5, "eps")),
+        dict(_AFFINE, eps=_eps(1e-5, "a channel of zero variance then gives inf or NaN")),
         2,
         "(x - mean) / sqrt(var + eps) per channel (axis 1), inference statistics",
     ),
     "l2_norm": (
         _l2_norm,
-        {"axis": int_attr(-1, None, "axis"), "eps": float_attr(1e-6, "eps")},
+        {"axis": int_attr(-1, None, "axis"), "eps": _eps(1e-6, _ZERO_ROW)},
         0,
         "x / sqrt(max(sum(x**2), eps)) along axis",
     ),
@@ -535,5 +548,7 @@ for _name, (_fn, _attrs, _stats, _doc) in _NORMS.items():
             doc=_doc,
             flags=frozenset({"norm", "pointwise"} if _name in _POINTWISE else {"norm"}),
             range=_RANGES[_name],
+            min_arity=1 + _stats,
+            max_arity=1 + _stats + sum(k in _attrs for k in ("has_weight", "has_bias")),
         )
     )

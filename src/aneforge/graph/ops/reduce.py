@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from ...errors import ShapeError
 from ..fp16 import FP16_MAX, narrow_sum, round_fp16
 from ..ranges import Interval, copies_sum, same, softmax_sum_bounds, sum_nan
 from ..registry import Attr, OpDef, bool_attr, check_int_tuple, int_attr, register
@@ -33,7 +34,7 @@ def _axes_attr():
     def check(value, op):
         return check_int_tuple(value, op, None, "axes")
 
-    return Attr(check, None)
+    return Attr(check, None, kind="ints")
 
 
 def _reduce_shape(name):
@@ -268,6 +269,8 @@ register(
 
 
 def _cumsum_shape(in_shapes, attrs):
+    if len(in_shapes[0]) < 1:
+        raise ShapeError("cumsum: input must have rank >= 1 (it sums along the last axis), got ()")
     return same_shape(in_shapes, attrs)
 
 

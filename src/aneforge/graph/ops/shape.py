@@ -9,7 +9,16 @@ import numpy as np
 
 from ...errors import AttributeValueError, DTypeError, ShapeError
 from ..ranges import hull_of_sources, rows_kept, same
-from ..registry import Attr, OpDef, check_int_tuple, int_attr, ints_attr, register
+from ..registry import (
+    Attr,
+    OpDef,
+    check_int_tuple,
+    describe,
+    int_attr,
+    ints_attr,
+    is_integer,
+    register,
+)
 from .common import norm_axes, norm_axis
 
 # Ops that only relabel a tensor's shape: the engine reads the same buffer, so the cost
@@ -197,7 +206,7 @@ def _squeeze(inputs, axes):
 _movement(
     "squeeze",
     1,
-    {"axes": Attr(lambda v, op: check_int_tuple(v, op, None, "axes"), None)},
+    {"axes": Attr(lambda v, op: check_int_tuple(v, op, None, "axes"), None, kind="ints")},
     _squeeze_shape,
     _squeeze,
     "drop size-1 axes (all of them when axes is None)",
@@ -281,9 +290,17 @@ _movement(
 
 
 def _check_fp16(value, op):
-    if str(value) not in ("float16", "fp16", "half"):
+    if isinstance(value, str):
+        ok = value in ("float16", "fp16", "half")
+    else:  # a NumPy dtype or scalar type (an array is neither)
+        try:
+            ok = not isinstance(value, np.ndarray) and np.dtype(value) == np.float16
+        except (TypeError, ValueError):
+            ok = False
+    if not ok:
         raise DTypeError(
-            f"cast: dtype {value!r} is not available; the engine computes in float16 only"
+            f"cast: dtype {describe(value)} is not available; the engine computes in float16 "
+            "only (dtype='float16')"
         )
     return "float16"
 
@@ -301,15 +318,21 @@ _movement(
 
 
 def getitem(x, key):
-    """``x[key]`` with ints, slices (positive steps) and one Ellipsis."""
+    """``x[key]`` with ints, slices (positive steps) and one Ellipsis.
+
+    Anything else (an array or list of indices, None / newaxis, a float, a bool, a
+    tensor) is refused with an :class:`~aneforge.errors.AttributeValueError`; gather
+    takes a list of indices (:func:`aneforge.gather`).
+    """
     from ..tensor import make
 
     if not isinstance(key, tuple):
         key = (key,)
-    if sum(k is Ellipsis for k in key) > 1:
+    dots = [i for i, k in enumerate(key) if k is Ellipsis]  # by identity: keys may be arrays
+    if len(dots) > 1:
         raise AttributeValueError("indexing: at most one Ellipsis")
-    if Ellipsis in key:
-        i = key.index(Ellipsis)
+    if dots:
+        i = dots[0]
         key = key[:i] + (slice(None),) * (x.ndim - len(key) + 1) + key[i + 1 :]
     if len(key) > x.ndim:
         raise ShapeError(f"indexing: {len(key)} indices for a rank-{x.ndim} tensor {x.shape}")
@@ -317,13 +340,11 @@ def getitem(x, key):
     begins, ends, steps, drop = [], [], [], []
     for axis, (k, d) in enumerate(zip(key, x.shape)):
         if isinstance(k, slice):
-            start, stop, step = k.indices(d)
-            if step < 1:
-                raise AttributeValueError("indexing: negative steps are not supported")
+            start, stop, step = _slice_indices(k, d)
             begins.append(start)
             ends.append(stop)
             steps.append(step)
-        elif hasattr(k, "__index__") and not isinstance(k, bool):
+        elif is_integer(k):
             i = int(k)
             if not -d <= i < d:
                 raise ShapeError(f"indexing: index {i} is out of range for axis {axis} of {d}")
@@ -333,8 +354,25 @@ def getitem(x, key):
             steps.append(1)
             drop.append(axis)
         else:
-            raise AttributeValueError(f"indexing: unsupported index {k!r}")
+            raise AttributeValueError(
+                f"indexing: unsupported index {describe(k)} for axis {axis}; use integers, "
+                "slices with positive steps and one Ellipsis (af.gather takes a list of "
+                "indices)"
+            )
     y = make("slice", x, begins=tuple(begins), ends=tuple(ends), steps=tuple(steps))
     if drop:
         y = make("squeeze", y, axes=tuple(drop))
     return y
+
+
+def _slice_indices(k: slice, size: int) -> tuple[int, int, int]:
+    """``k.indices(size)`` for a slice of integers (or None) with a positive step."""
+    for part, value in (("start", k.start), ("stop", k.stop), ("step", k.step)):
+        if value is not None and not is_integer(value):
+            raise AttributeValueError(
+                f"indexing: slice {part} must be an integer or None, got {describe(value)}"
+            )
+    if k.step is not None and k.step < 1:
+        why = "a step of 0 selects nothing" if k.step == 0 else "negative steps are not supported"
+        raise AttributeValueError(f"indexing: {why} (got step {k.step}); steps must be >= 1")
+    return k.indices(size)

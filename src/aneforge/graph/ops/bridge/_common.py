@@ -17,12 +17,14 @@ def bridge_op(
     flops=None,
     flags=(),
     range=None,  # noqa: A002
+    arities=(1, None),
 ) -> OpDef:
     """The record of one bridge op (kind ``"bridge"``) with kernels run by ``body``.
 
     ``body(steps, inputs, attrs) -> float64`` is one kernel body for both executors
     (:func:`~aneforge.graph.ops.common.step_kernels`). The record is registered by the
-    package, in the order of :data:`~aneforge.graph.ops.bridge.BRIDGE_OPS`.
+    package, in the order of :data:`~aneforge.graph.ops.bridge.BRIDGE_OPS`. ``arities``
+    bounds the input count of a variable-arity op (``arity=None``).
     """
     emulate, exact = step_kernels(body)
     extra = {} if flops is None else {"flops": flops}
@@ -37,6 +39,8 @@ def bridge_op(
         doc=doc,
         flags=frozenset(flags),
         range=range,
+        min_arity=arities[0],
+        max_arity=arities[1],
         **extra,
     )
 

@@ -178,13 +178,17 @@ def _sdpa_flops(in_shapes, out_shape, attrs):
 _SDPA = bridge_op(
     "sdpa",
     None,
-    {"scale": float_attr(None, "scale"), "has_mask": bool_attr(False, "has_mask")},
+    {
+        "scale": float_attr(None, "scale", underflow="every score is 0: uniform attention"),
+        "has_mask": bool_attr(False, "has_mask"),
+    },
     _sdpa_shape,
     _sdpa_body,
     "scaled dot-product attention softmax((q @ k^T) * scale [+ mask]) @ v",
     flops=_sdpa_flops,
     flags=("route",),
     range=_sdpa_range,
+    arities=(3, 4),
 )
 
 

@@ -73,7 +73,7 @@ _SCALED_ELEMENTWISE = bridge_op(
     2,
     {
         "op": choice_attr(tuple(_SCALED_OPS), "add", "op"),
-        "scale": float_attr(1.0, "scale"),
+        "scale": float_attr(1.0, "scale", underflow="every output is 0"),
     },
     _scaled_shape,
     _scaled_body,

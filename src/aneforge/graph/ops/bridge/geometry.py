@@ -364,7 +364,9 @@ def _radius_attr():
             raise AttributeValueError(f"{op}: radius must be >= 0, got {value!r}")
         return out
 
-    return Attr(check, None, required=True)
+    return Attr(
+        check, None, required=True, underflow="only coincident points are neighbours", kind="float"
+    )
 
 
 def _radius_shape(in_shapes, attrs):

@@ -251,7 +251,7 @@ def input_view(x, begins, sizes, *, name=None) -> Tensor:
         >>> input_view(af.input((4, 6)), (1, 2), (2, 3)).shape
         (2, 3)
     """
-    return make("input_view", x, begins=tuple(begins), sizes=tuple(sizes), name=name)
+    return make("input_view", x, begins=begins, sizes=sizes, name=name)
 
 
 def _dynamic_slice_shape(in_shapes, attrs):
@@ -314,7 +314,7 @@ def dynamic_slice(x, start, sizes, *, name=None) -> Tensor:
         >>> af.compile(dynamic_slice(x, at, (2,)))(np.arange(6.0), np.array([9.0]))
         array([4., 5.], dtype=float32)
     """
-    return make("dynamic_slice", x, start, sizes=tuple(sizes), name=name)
+    return make("dynamic_slice", x, start, sizes=sizes, name=name)
 
 
 #: This module's op records; the package registers them in BRIDGE_OPS order.
