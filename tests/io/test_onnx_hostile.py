@@ -18,9 +18,7 @@ The generated cases (tests/io/hostile_onnx.py) run 4 seeds x 80 cases.
 from __future__ import annotations
 
 import os
-import signal
 import warnings
-from contextlib import contextmanager
 
 import numpy as np
 import onnx
@@ -39,6 +37,7 @@ import aneforge as af
 from aneforge.errors import AneforgeError, SizeLimitError
 from aneforge.io import OnnxImportError, UnsupportedModelError, from_onnx
 from conftest import FP16_UNIT_ROUNDOFF
+from guards import deadline
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is a test dependency")
 
@@ -91,20 +90,6 @@ def _close(got, want, tol=FP16_TOL) -> bool:
     return bool(np.all(np.abs(got - want) <= tol * (np.abs(want) + scale) + 1e-30))
 
 
-@contextmanager
-def _hang_guard(name: str):
-    def fire(signum, frame):
-        raise TimeoutError(f"{name}: still running after {HANG_S} s (a hang)")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, HANG_S)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def assert_clean_error(err: AneforgeError, name: str) -> None:
     """The message names the culprit on one line (UnsupportedModelError: a headline
     and one line per problem)."""
@@ -119,7 +104,7 @@ def assert_clean_error(err: AneforgeError, name: str) -> None:
 def import_or_refuse(case) -> str:
     """'refused' or 'imported' (and then matched onnxruntime where it accepts the model);
     anything else fails naming the case."""
-    with _hang_guard(case.name):
+    with deadline(HANG_S, case.name):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -425,7 +410,7 @@ def test_paths_must_be_regular_files(tmp_path, monkeypatch):
     os.symlink("/dev/zero", zero)
     folder = tmp_path / "folder.onnx"
     folder.mkdir()
-    with _hang_guard("fifo"):
+    with deadline(HANG_S, "fifo"):
         with pytest.raises(OnnxImportError, match="not a regular file"):
             from_onnx(fifo)
         with pytest.raises(OnnxImportError, match="not a regular file"):

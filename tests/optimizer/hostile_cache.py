@@ -34,7 +34,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import stat
 import time
 import warnings
@@ -50,6 +49,7 @@ from aneforge.errors import AneforgeWarning
 from aneforge.numerics.compression.codecs import LOSSY_ENCODINGS
 from aneforge.optimizer.cache import MAX_ENTRY_BYTES, STALE_TMP_S, TuneCache
 from aneforge.optimizer.tune import DEFAULT_ATOL
+from guards import deadline
 
 LOSSLESS_NAMES = ("native", "routes", "decomposed", "canonical")
 LOSSY_NAMES = ("int8", "routes+int8", "int4", "auto")
@@ -652,23 +652,6 @@ def _failing_write(code: int):
 
     with mock.patch("aneforge.optimizer.cache.os.fdopen", lambda *a, **k: Failing(real(*a, **k))):
         yield
-
-
-@contextlib.contextmanager
-def deadline(seconds: int, what: str):
-    """Fail (not hang) when the body runs past ``seconds`` (SIGALRM: a blocking open of
-    a FIFO is interrupted too)."""
-
-    def expire(_sig, _frame):
-        raise TimeoutError(f"{what}: still running after {seconds} s (a hang)")
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 # ---- the harness ---------------------------------------------------------------------------
