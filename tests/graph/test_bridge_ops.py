@@ -505,7 +505,7 @@ def test_dynamic_slice_validation():
     x = af.input((6, 8))
     with pytest.raises(ShapeError, match="dynamic_slice: start must be a tensor of shape \\(2,\\)"):
         br.dynamic_slice(x, af.input((3,)), (2, 2))
-    with pytest.raises(ShapeError, match="dynamic_slice: size 9 exceeds axis 1"):
+    with pytest.raises(ShapeError, match="dynamic_slice: sizes entry 9 exceeds axis 1"):
         br.dynamic_slice(x, af.input((2,)), (2, 9))
     with pytest.raises(AttributeValueError, match="dynamic_slice: sizes .*need 2 values"):
         br.dynamic_slice(x, af.input((2,)), (2,))

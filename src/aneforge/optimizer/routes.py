@@ -91,16 +91,20 @@ def decompose_lrn(node: Tensor) -> Tensor:
     size, c = node.attrs["size"], x.shape[1]
     lo = (size - 1) // 2
     hi = size - 1 - lo
+    # offsets past the channels add only +0 terms, which the kernel skips too (no bit
+    # changes): the window spans at most 2c - 1 offsets whatever ``size`` is
+    below, above = min(lo, c - 1), min(hi, c - 1)
     sq = api.square(x)
 
     def zeros(k):
         return [weight(np.zeros((x.shape[0], k, *x.shape[2:]), np.float16))] if k else []
 
-    padded = api.concat(zeros(lo) + [sq] + zeros(hi), axis=1) if size > 1 else sq
+    span = below + above + 1
+    padded = api.concat(zeros(below) + [sq] + zeros(above), axis=1) if span > 1 else sq
     ss = None
-    for j in range(size):  # channel c sums padded[c + j], j ascending, as the kernel does
+    for j in range(span):  # channel c sums padded[c + j], j ascending, as the kernel does
         term = sq
-        if size > 1:
+        if span > 1:
             begins = (0, j) + (0,) * (x.ndim - 2)
             term = api.slice(padded, begins, (x.shape[0], j + c, *x.shape[2:]))
         ss = term if ss is None else ss + term

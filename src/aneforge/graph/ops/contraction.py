@@ -443,7 +443,11 @@ def _convt_shape(in_shapes, attrs):
         size = (x[2 + i] - 1) * stride[i] - pad[i][0] - pad[i][1]
         size += dil[i] * (kern[i] - 1) + opad[i] + 1
         if size < 1:
-            raise ShapeError(f"conv_transpose: output size {size} < 1 along spatial dim {i}")
+            raise ShapeError(
+                f"conv_transpose: output size {size} < 1 along spatial dim {i} (input "
+                f"{x[2 + i]}, stride={stride[i]}, pad={pad[i]}, dilation={dil[i]}, kernel "
+                f"{kern[i]}, output_padding={opad[i]}): lower the pad or raise the stride"
+            )
         spatial.append(size)
     return (x[0], cout) + tuple(spatial)
 

@@ -246,10 +246,13 @@ def _shuffle_shape(name, down):
         n, c, h, w = x
         if down:
             if h % r or w % r:
-                raise ShapeError(f"{name}: H and W of {x} must be multiples of {r}")
+                raise ShapeError(f"{name}: H and W of {x} must be multiples of factor={r}")
             return (n, c * r * r, h // r, w // r)
         if c % (r * r):
-            raise ShapeError(f"{name}: channels {c} of {x} must be a multiple of {r * r}")
+            raise ShapeError(
+                f"{name}: channels {c} of {x} must be a multiple of factor**2 = {r * r} "
+                f"(factor={r})"
+            )
         return (n, c // (r * r), h * r, w * r)
 
     return rule

@@ -269,7 +269,7 @@ def _dynamic_slice_shape(in_shapes, attrs):
     for axis, (s, d) in enumerate(zip(sizes, x)):
         if s > d:
             raise ShapeError(
-                f"dynamic_slice: size {s} exceeds axis {axis} of {x} ({d}); use size <= {d}"
+                f"dynamic_slice: sizes entry {s} exceeds axis {axis} of {x} ({d}); use size <= {d}"
             )
     return tuple(sizes)
 
