@@ -36,6 +36,7 @@ import threading
 import numpy as np
 
 from ..graph.fp16 import round_fp16
+from ..graph.ops.norm import _batch_norm_emulate
 from . import gemm as _gemm
 
 # numba as the gemm module imported it (None when it could not): one import decision for
@@ -201,8 +202,6 @@ def _ensure_batch_norm() -> bool:
             try:
                 if numba is None:
                     raise RuntimeError(f"numba could not be imported ({_gemm.NUMBA_IMPORT_ERROR})")
-                from ..graph.ops.norm import _batch_norm_emulate
-
                 inputs, attrs = _probe()
                 want = _batch_norm_emulate(inputs, attrs)
                 got_s = _run_batch_norm(inputs, attrs)
