@@ -36,8 +36,8 @@ except ImportError:  # running from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import aneforge as af
 
+from aneforge.compression import rewrite_contraction_weights
 from aneforge.graph.tensor import weight
-from aneforge.numerics.compression import rewrite_contraction_weights
 
 MODES = ("int8", "int4", "int4!", "sparse", "auto")
 PRUNE = 0.6

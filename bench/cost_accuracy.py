@@ -49,7 +49,7 @@ import json
 import warnings
 from importlib import resources
 
-from aneforge.compiler.compile import build_program
+from aneforge.compiler.program import Program
 from aneforge.cost.silicon import (
     PUBLISHED,
     build_workload,
@@ -161,7 +161,7 @@ def whole_models() -> list[str]:
             continue
         key = (r.model, r.batch, r.size)
         if key not in built:
-            built[key] = build_program([build(r.model, batch=r.batch, size=r.size)[1]])
+            built[key] = Program.from_outputs([build(r.model, batch=r.batch, size=r.size)[1]])
         prog, arch, int8 = built[key], chip_arch(r.chip), r.precision == "int8"
         got = {"analytic": af.estimate(prog, int8=int8, target=r.chip)}
         if arch == DEFAULT_FAMILY_ARCH:

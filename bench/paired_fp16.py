@@ -44,8 +44,8 @@ except ImportError:  # running from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import aneforge as af
 
-from aneforge.compiler.compile import topological_order
 from aneforge.graph.fp16 import fp16_values as f16
+from aneforge.graph.walk import topological_order
 from aneforge.numerics.paired import (
     SPEC_OPS_PER_ELEMENT,
     Paired,

@@ -39,9 +39,9 @@ try:
 except ImportError:  # running from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import aneforge as af
-from aneforge.analysis.calibration_grid import DISTS, GRAPHS
 from aneforge.analysis.precision import precision_risk
 from aneforge.metrics import compare
+from aneforge.testing.calibration_grid import DISTS, GRAPHS
 
 ROWS = 32
 SEEDS = (0, 1, 2)

@@ -48,8 +48,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from fitting import coordinate_polish  # noqa: E402
 
-from aneforge.compiler.compile import build_program  # noqa: E402
 from aneforge.compiler.preflight import preflight  # noqa: E402
+from aneforge.compiler.program import Program  # noqa: E402
+from aneforge.compression import quantize_graph_int8  # noqa: E402
 from aneforge.cost.analytic import (  # noqa: E402
     AnalyticParams,
     chip_constants,
@@ -65,7 +66,6 @@ from aneforge.cost.silicon import (  # noqa: E402
     load_rows,
 )
 from aneforge.models.zoo import build  # noqa: E402
-from aneforge.numerics.compression import quantize_graph_int8  # noqa: E402
 from aneforge.targets.names import resolve_target  # noqa: E402
 
 OUT = ROOT / "src" / "aneforge" / "data" / "analytic_model.json"
@@ -192,7 +192,7 @@ def harness_of(source: str) -> int:
 def _problem(row, out, name: str, method: str) -> Problem | None:
     """The row as a fit problem, or None when the preflight says its program does not
     compile for the row's chip (``af.estimate`` prices no such program either)."""
-    prog = build_program([out])
+    prog = Program.from_outputs([out])
     target = resolve_target(row.chip)  # with the chip's memory bandwidth
     if preflight(prog, target).blocking:
         print(f"  skipped (does not compile for {target.arch}): {row.label}")

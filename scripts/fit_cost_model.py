@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from fitting import coordinate_polish  # noqa: E402
 
 import aneforge as af  # noqa: E402
-from aneforge.compiler.compile import build_program  # noqa: E402
+from aneforge.compiler.program import Program  # noqa: E402
 from aneforge.cost.analytic import RegionLoad, program_loads  # noqa: E402
 from aneforge.cost.silicon import load_model_rows  # noqa: E402
 from aneforge.models.zoo import build  # noqa: E402
@@ -135,12 +135,12 @@ def problems(corpus: dict) -> list[Problem]:
     for group in ("matmul", "matmul_rect", "conv", "fused"):
         for r in meas[group]:
             if r.get("ok", True):
-                prog = build_program([corpus_graph(group, r)])
+                prog = Program.from_outputs([corpus_graph(group, r)])
                 probs.append(Problem(f"{group} {r['label']}", prog, r["min_us"], "op"))
     for row in load_model_rows():
         if row.role == "fit" and row.chip == CORPUS_CHIP and not row.excluded:
             _, out = build(row.model, batch=row.batch, size=row.size)
-            probs.append(Problem(row.label, build_program([out]), row.latency_us, "model"))
+            probs.append(Problem(row.label, Program.from_outputs([out]), row.latency_us, "model"))
     return probs
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.compiler.compile import build_program
+from aneforge.compiler.program import Program
 from aneforge.cost.estimate import DEFAULT_CHIP
 from aneforge.metrics import compare
 from aneforge.report import (
@@ -34,7 +34,7 @@ STALLED_SUM = 0.1
 @pytest.fixture(scope="module")
 def program():
     x = af.input((1, 64, 16, 16), name="x")
-    return build_program([af.conv(x, np.zeros((64, 64, 3, 3)), pad=1).relu()])
+    return Program.from_outputs([af.conv(x, np.zeros((64, 64, 3, 3)), pad=1).relu()])
 
 
 @pytest.fixture(scope="module")

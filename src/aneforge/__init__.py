@@ -14,6 +14,7 @@ Example:
 
 from . import graph as _graph
 from . import models  # noqa: E402  (af.models.minilm, the light ONNX models)
+from ._version import __version__
 from .analysis import (
     DivergenceReport,
     NodeDivergence,
@@ -29,18 +30,20 @@ from .analysis.precision import (
     check_precision,
     precision_risk,
 )
-from .compiler import Program, compile
+from .compiler import Program
 from .compiler.preflight import PreflightReport, Violation, preflight
+from .compiler.program import register_exporter
 from .cost import Estimate, estimate, estimate_breakdown
+from .cost.simulated import SimulatedANE
 from .devices import (
     Capabilities,
     Device,
     EmulatorDevice,
-    SimulatedANE,
     devices,
     get_device,
     register_device,
 )
+from .driver import compile  # noqa: A004  (the public name)
 from .errors import (
     AneforgeError,
     AneforgeWarning,
@@ -62,6 +65,8 @@ from .errors import (
 )
 from .graph import *  # noqa: F403
 from .graph import nn
+from .io import coreml_device as _coreml_device
+from .io.coreml_export import export_coreml
 from .io.onnx_import import (
     ConstantSaturationWarning,
     OnnxGraph,
@@ -75,6 +80,7 @@ from .numerics import (
     linalg,  # noqa: E402  (af.linalg.solve, af.linalg.qr, ...)
     special,  # noqa: E402  (af.special.erf, af.special.lgamma, ...)
 )
+from .numerics.paired import Paired, paired, paired_subtract
 from .optimizer import canonicalize, reduce_sum_to_matmul
 from .optimizer.precision_tune import tune_precision
 from .optimizer.routes import route_registry
@@ -82,12 +88,12 @@ from .optimizer.tune import tune
 from .reference import reference
 from .targets import estimate_provenance, project_peak, resolve_target, targets
 
-__version__ = "0.1.0"
-
-from .io import coreml_device as _coreml_device  # noqa: E402  (registers the "coreml" device)
-from .numerics.paired import Paired, paired, paired_subtract  # noqa: E402
-
+# The composition root: plug-ins defined in upper layers join the registries of the
+# lower layers that use them (docs/architecture.md, "Plug-ins"). Nothing else in the
+# package registers anything at import time.
+register_device("simulated-ane", SimulatedANE)
 _coreml_device.register()
+register_exporter("coreml", export_coreml)
 
 __all__ = [
     *_graph.__all__,

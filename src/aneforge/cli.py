@@ -34,10 +34,14 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from . import __version__
+from ._version import __version__
+from .driver import compile as compile_graph
 from .errors import AneforgeError, DispatchFloorWarning, OptionError
+from .graph.nn import EXAMPLES
 from .graph.ranges import check_range
+from .io.coreml_export import export_coreml
 from .io.coreml_package import check_package_path
+from .io.onnx_import import from_onnx
 from .plot import check_plot_path, plot_reports
 from .report import (
     DEFAULT_CHIP,
@@ -173,7 +177,6 @@ FORCE_HELP = (
 def load_models(spec: str | None) -> list[tuple[str, list, list, list | None]]:
     """(name, inputs, outputs, output names) of the bundled examples, one of them, or an
     ONNX file (whose output names are the graph's)."""
-    from .graph.nn import EXAMPLES
 
     if spec is None:
         names = list(EXAMPLES)
@@ -182,14 +185,7 @@ def load_models(spec: str | None) -> list[tuple[str, list, list, list | None]]:
     elif spec.endswith(".onnx"):
         path = Path(spec)
         _check_model_file(path)
-        try:
-            from .io.onnx_import import from_onnx
-        except ImportError as err:
-            raise OptionError(
-                f"model '{spec}': ONNX import needs the onnx package ({err}); "
-                "install it with: pip install 'aneforge[onnx]'"
-            ) from None
-        graph = from_onnx(path)
+        graph = from_onnx(path)  # OnnxImportError names the extra when onnx is missing
         return [(path.name, list(graph.inputs), list(graph.outputs), list(graph.output_names))]
     else:
         raise OptionError(
@@ -550,8 +546,6 @@ def _check(args) -> int:
 
 
 def _export(outputs, path, target, output_names=None, force=False) -> dict:
-    from .compiler import compile as compile_graph
-    from .io.coreml_export import export_coreml
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DispatchFloorWarning)

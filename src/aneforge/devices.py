@@ -2,8 +2,10 @@
 
 ``run(program, inputs)`` takes fp16 arrays in program-input order and returns fp16
 arrays; ``measure(program, inputs)`` returns seconds per run (median of repeats). The
-emulator is the default device. Other devices (Core ML on a Mac, simulators) register
-through :func:`register_device` without touching the compiler.
+emulator is the default device. Other devices register through :func:`register_device`
+without touching the compiler: the package registers the cost-model simulator
+(``'simulated-ane'``, :mod:`aneforge.cost.simulated`) and Core ML on a Mac (``'coreml'``,
+:mod:`aneforge.io.coreml_device`), which live in the layers above this one.
 
 Example:
     >>> import numpy as np, aneforge as af
@@ -23,6 +25,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from .emulator.chips import chip_numerics
+from .emulator.interpreter import execute_fp16
 from .errors import OptionError
 
 
@@ -47,7 +51,7 @@ class Device(Protocol):
     def measure(self, program, inputs: list[np.ndarray], repeat: int = 5) -> float: ...
 
 
-class _TimedDevice:
+class TimedDevice:
     """Shared ``measure``: one warm-up, then the median wall time of ``repeat`` runs."""
 
     def measure(self, program, inputs, repeat: int = 5) -> float:
@@ -60,7 +64,7 @@ class _TimedDevice:
         return statistics.median(times)
 
 
-class EmulatorDevice(_TimedDevice):
+class EmulatorDevice(TimedDevice):
     """The bit-faithful fp16 emulator on the CPU.
 
     ``fast=True`` uses the compiled matmul kernels, ``fast=False`` the plain NumPy
@@ -82,8 +86,6 @@ class EmulatorDevice(_TimedDevice):
     """
 
     def __init__(self, fast: bool = True, target=None):
-        from .emulator.chips import chip_numerics
-
         chip_numerics(target)  # refuse unknown names and family 1 now, not at run time
         self.fast = fast
         self.target = target
@@ -98,75 +100,20 @@ class EmulatorDevice(_TimedDevice):
         )
 
     def run(self, program, inputs):
-        from .emulator.interpreter import execute_fp16
-
-        target = _numerics_target(self, program)
+        target = numerics_target(self, program)
         return execute_fp16(program, inputs, fast=self.fast, target=target)
 
 
-def _numerics_target(device, program):
+def numerics_target(device, program):
     """The target whose numerics ``device`` runs ``program`` with (None: generic)."""
     if device.target is not None:
         return device.target
     return getattr(program, "target", None)
 
 
-class SimulatedANE(_TimedDevice):
-    """A SIMULATOR for testing tuner logic, not a real engine.
-
-    ``run`` is the bit-faithful emulator; ``measure`` returns the cost model's estimate
-    (in seconds) times ``1 + noise * z``, with ``z`` a standard normal drawn from a
-    generator seeded by ``seed`` and the program's structural hash, so the same program
-    always "measures" the same. Use it to exercise tune() deterministically.
-
-    ``target`` works as for :class:`EmulatorDevice` (None: the program's own target);
-    with a chip target, ``measure`` uses the analytic per-chip cost model.
-
-    Example:
-        >>> import aneforge as af
-        >>> x = af.input((64, 256))
-        >>> prog = af.compile(x.relu())
-        >>> seconds = af.SimulatedANE(noise=0.0).measure(prog, [])
-        >>> round(seconds * 1e6, 6) == round(af.estimate(prog), 6)
-        True
-    """
-
-    def __init__(self, target=None, noise: float = 0.05, seed: int = 0):
-        from .emulator.chips import chip_numerics
-
-        chip_numerics(target)  # refuse unknown names and family 1 now
-        if not 0 <= noise < 1:
-            raise OptionError(f"SimulatedANE: noise must be in [0, 1), got {noise!r}")
-        self.target, self.noise, self.seed = target, noise, seed
-        self.name = "simulated-ane"
-        self.cache_id = f"simulated-ane(noise={noise!r},seed={seed!r})"
-        self.capabilities = Capabilities(
-            bit_faithful=True,
-            real_hardware=False,
-            description="emulator outputs, cost-model timings with seeded noise",
-        )
-
-    def run(self, program, inputs):
-        from .emulator.interpreter import execute_fp16
-
-        return execute_fp16(program, inputs, fast=True, target=_numerics_target(self, program))
-
-    def measure(self, program, inputs, repeat: int = 5) -> float:
-        from .cost.estimate import estimate
-        from .emulator.chips import chip_numerics, resolve
-        from .graph.hashing import structural_hash
-
-        digest = structural_hash(list(program.outputs), extra=f"seed={self.seed}")
-        z = np.random.default_rng(int(digest[:16], 16)).standard_normal()
-        target = _numerics_target(self, program)
-        arch = resolve(target).arch if chip_numerics(target) is not None else None
-        return estimate(program, target=arch) * 1e-6 * max(0.05, 1.0 + self.noise * z)
-
-
 _FACTORIES: dict[str, Callable[[], Device]] = {
     "emulator": lambda: EmulatorDevice(fast=True),
     "reference": lambda: EmulatorDevice(fast=False),
-    "simulated-ane": lambda: SimulatedANE(),
 }
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compiler.compile import _as_outputs, build_program
 from .compiler.program import Program
+from .emulator.interpreter import execute_float64
 
 
 def reference(out, *inputs, **named):
@@ -21,9 +21,8 @@ def reference(out, *inputs, **named):
         >>> float(af.reference(x.sum(), np.ones(4096)))
         4096.0
     """
-    from .emulator.interpreter import execute_float64
 
-    prog = out if isinstance(out, Program) else build_program(_as_outputs(out))
+    prog = Program.coerce(out, "reference")
     feeds = prog.prepare_inputs(inputs, named)
     outs = execute_float64(prog, feeds)
     return outs[0] if len(outs) == 1 else tuple(np.asarray(o) for o in outs)

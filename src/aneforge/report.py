@@ -39,9 +39,9 @@ import warnings
 import numpy as np
 
 from .analysis import fp16_divergence, range_analysis
-from .compiler import compile as compile_graph
 from .compiler.preflight import preflight
 from .cost.estimate import DEFAULT_CHIP, estimate_breakdown
+from .driver import compile as compile_graph
 from .errors import DispatchFloorWarning, OptionError, PreflightError
 from .graph.ranges import check_range
 from .limits import check_elements

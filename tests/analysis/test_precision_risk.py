@@ -29,8 +29,6 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.analysis.calibration_grid import DISTS
-from aneforge.analysis.calibration_grid import GRAPHS as CAL_GRAPHS
 from aneforge.analysis.precision import (
     _DRIFT_LENGTH,
     _FP16_CLEAN,
@@ -46,6 +44,8 @@ from aneforge.analysis.precision import (
 )
 from aneforge.errors import AneforgeError, OptionError, PrecisionWarning
 from aneforge.graph.registry import all_ops
+from aneforge.testing.calibration_grid import DISTS
+from aneforge.testing.calibration_grid import GRAPHS as CAL_GRAPHS
 
 U16 = 2.0**-11
 TUNER_NOISE = 5e-3  # spec 004: "the default tolerance is fp16 noise (5e-3)"

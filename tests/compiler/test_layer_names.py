@@ -14,7 +14,7 @@ import pytest
 
 import aneforge as af
 from aneforge.graph.ops.bridge import flatten, lrn, sdpa
-from aneforge.optimizer.rewrite import rewrite
+from aneforge.graph.rewrite import rewrite
 from aneforge.optimizer.routes import decompose
 from aneforge.optimizer.rules import CANONICAL, REDUCE_TO_MATMUL
 

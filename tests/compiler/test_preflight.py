@@ -26,9 +26,9 @@ from aneforge.compiler.preflight import (
     half_period,
     preflight,
 )
-from aneforge.emulator.chips import resolve
 from aneforge.errors import PreflightError, PreflightWarning
 from aneforge.graph.ops.bridge import dynamic_slice, sort, topk
+from aneforge.targets.names import resolve_target as resolve
 
 # The spec's claim for the half-period forms: fp16-rounding-limited, about 1e-3.
 HALF_PERIOD_ABS_ERR = 1.5e-3

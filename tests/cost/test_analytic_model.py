@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.compiler.compile import build_program
 from aneforge.compiler.preflight import preflight
+from aneforge.compiler.program import Program
 from aneforge.cost.analytic import analytic_estimate, chip_constants, fitted_params
 from aneforge.cost.silicon import (
     CALIBRATION,
@@ -91,13 +91,15 @@ def test_a_cut_costs_the_same_on_every_chip():
     fused_only = x.relu()
     for arch in ("h13", "h14", "h17s"):
         t = get_target(arch)
-        a = analytic_estimate(build_program([cut]), t)["regions"]
+        a = analytic_estimate(Program.from_outputs([cut]), t)["regions"]
         bridge = [r for r in a if r["kind"] == "bridge"]
         assert len(bridge) == 1
         assert bridge[0]["time_us"] == pytest.approx(
-            analytic_estimate(build_program([cut]), get_target("h13"))["regions"][0]["time_us"]
+            analytic_estimate(Program.from_outputs([cut]), get_target("h13"))["regions"][0][
+                "time_us"
+            ]
         )
-        assert analytic_estimate(build_program([fused_only]), t)["total_us"] > 0
+        assert analytic_estimate(Program.from_outputs([fused_only]), t)["total_us"] > 0
 
 
 def test_fused_intermediates_are_not_charged_as_traffic():

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import aneforge as af
+from aneforge.compression import quantize_graph_int8
 from aneforge.cost.calibration import Constants, constants
 from aneforge.cost.estimate import (
     FLOOR_DOMINATED_SHARE,
@@ -26,7 +27,6 @@ from aneforge.cost.estimate import (
 from aneforge.cost.roofline import node_flops
 from aneforge.errors import AneforgeWarning, DispatchFloorWarning
 from aneforge.graph.ops.bridge import flatten, lrn
-from aneforge.numerics.compression import quantize_graph_int8
 
 C = constants()
 

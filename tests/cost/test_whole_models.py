@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.compiler.compile import build_program
+from aneforge.compiler.program import Program
 from aneforge.cost.calibration import constants
 from aneforge.cost.estimate import DEFAULT_CHIP
 from aneforge.cost.roofline import node_bytes, node_flops
@@ -33,7 +33,7 @@ C = constants()
 
 @cache
 def _program(model: str, batch: int, size: int):
-    return build_program([build(model, batch=batch, size=size)[1]])
+    return Program.from_outputs([build(model, batch=batch, size=size)[1]])
 
 
 def _scored(role: str):
@@ -175,7 +175,7 @@ def test_the_default_model_orders_the_measured_programs_no_worse_than_before():
     new = [af.estimate(g) for g in graphs]
 
     def fusion_discount(g):
-        prog = build_program([g])
+        prog = Program.from_outputs([g])
         nodes = prog.compute_nodes
         roof = [
             max(node_bytes(n) / C.bw_bytes_per_us, node_flops(n) / C.flops_per_us) for n in nodes

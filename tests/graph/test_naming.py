@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.compiler.compile import topological_order
 from aneforge.graph import api
 from aneforge.graph.hashing import structural_hash
 from aneforge.graph.naming import layer_names, user_name
 from aneforge.graph.ops import bridge as br
 from aneforge.graph.ops.bridge import BRIDGE_FUNCTIONS
+from aneforge.graph.walk import topological_order
 
 R = np.random.default_rng(0)
 

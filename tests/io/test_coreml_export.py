@@ -21,12 +21,13 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.compiler.compile import build_program
+from aneforge.compiler.program import Program
+from aneforge.compression import quantize_graph_int8
 from aneforge.graph.ops import bridge as br
 from aneforge.graph.ops.elementwise import BINARY, COMPARE, UNARY
 from aneforge.graph.registry import all_ops
 from aneforge.graph.tensor import make
-from aneforge.io import coreml_device, coreml_ops
+from aneforge.io import coreml_device, coreml_ops, coreml_table
 from aneforge.io.coreml_export import (
     DEFAULT_IOS,
     ExportError,
@@ -36,7 +37,6 @@ from aneforge.io.coreml_export import (
     lower_program,
     parse_deployment,
 )
-from aneforge.numerics.compression import quantize_graph_int8
 from aneforge.optimizer.routes import BRIDGE_DECOMPOSERS
 
 devices_module = importlib.import_module("aneforge.devices")
@@ -158,7 +158,7 @@ VALUE_CHECKED = (
 
 
 def _program(outs):
-    return build_program(outs if isinstance(outs, list) else [outs])
+    return Program.from_outputs(outs if isinstance(outs, list) else [outs])
 
 
 def _feeds(prog, rng):
@@ -229,22 +229,22 @@ def test_every_fused_and_bridge_op_is_lowered_decomposed_or_refused_with_a_reaso
             assert name in BRIDGE_DECOMPOSERS and entry.fn is None, name
         else:
             assert ops[name].kind == "bridge" and len(entry.note) > 40, name
-    cover = coreml_ops.coverage()
+    cover = coreml_table.coverage()
     assert cover["missing"] == []
     assert cover[coreml_ops.NOT_EXPRESSIBLE] == ["fps"]
     assert set(cover[coreml_ops.DECOMPOSED]) == {"minmax_norm", "flatten"}
 
 
 def test_the_samples_exercise_every_expressible_op():
-    cover = coreml_ops.coverage()
+    cover = coreml_table.coverage()
     assert set(SAMPLES) == set(cover[coreml_ops.LOWERED]) | set(cover[coreml_ops.DECOMPOSED])
 
 
 def test_the_documented_table_is_the_code_table():
     text = (ROOT / "docs" / "export.md").read_text()
-    block = text.split(coreml_ops.BEGIN)[1].split(coreml_ops.END)[0]
-    assert block.strip() == coreml_ops.render_lowering_table().strip(), (
-        "docs/export.md is stale: run python -m aneforge.io.coreml_ops docs/export.md"
+    block = text.split(coreml_table.BEGIN)[1].split(coreml_table.END)[0]
+    assert block.strip() == coreml_table.render_lowering_table().strip(), (
+        "docs/export.md is stale: run python -m aneforge.io.coreml_table docs/export.md"
     )
 
 
@@ -394,7 +394,7 @@ ENCODED_OPS = {
 
 def _compressed_graph():
     """A graph with one weight of each encoding (built with aneforge's codecs)."""
-    from aneforge.numerics.compression import encode, encoded_weight
+    from aneforge.compression import encode, encoded_weight
 
     x = af.input((1, 4, 6, 6), name="x")
     conv_w = _w((8, 4, 3, 3))

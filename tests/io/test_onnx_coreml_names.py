@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import aneforge as af
-from aneforge.compiler.compile import topological_order
+from aneforge.graph.walk import topological_order
 from aneforge.io.coreml_export import export_coreml, load_mil_program, load_spec, lower_program
 
 R = np.random.default_rng(0)

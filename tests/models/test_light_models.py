@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from aneforge.compiler.compile import topological_order
+from aneforge.graph.walk import topological_order
 from aneforge.models import light_models, run_light_model
 from aneforge.models.light import (
     COSINE_BAR,

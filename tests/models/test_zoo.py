@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.compiler.compile import build_program
+from aneforge.compiler.program import Program
 from aneforge.errors import OptionError
 from aneforge.models.zoo import MODELS, build
 
@@ -35,7 +35,7 @@ PUBLISHED = {
 
 
 def _sizes(name: str) -> tuple[float, float]:
-    prog = build_program([build(name)[1]])
+    prog = Program.from_outputs([build(name)[1]])
     stats = {id(s) for n in prog.nodes if n.op == "batch_norm" for s in n.srcs[1:3]}
     params = sum(n.size for n in prog.nodes if n.op == "weight" and id(n) not in stats)
     return prog.flops / 2e9, params / 1e6
@@ -65,7 +65,7 @@ def test_the_zoo_resnet50_matches_the_onnx_light_resnet50():
         onnx.load(str(light_dir() / FILES["resnet50"])), 13
     )
     light = af.from_onnx(model).compile(opt=0)
-    zoo = build_program([build("resnet50")[1]])
+    zoo = Program.from_outputs([build("resnet50")[1]])
     assert light.flops == zoo.flops
 
 

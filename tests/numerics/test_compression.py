@@ -9,11 +9,7 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.cost.analytic import chip_constants, node_terms
-from aneforge.cost.roofline import node_bytes
-from aneforge.errors import AneforgeWarning, DispatchFloorWarning, OptionError
-from aneforge.graph.hashing import structural_hash
-from aneforge.numerics.compression import (
+from aneforge.compression import (
     LUT_SIZE,
     NATIVE_STREAMS,
     channel_error,
@@ -27,6 +23,10 @@ from aneforge.numerics.compression import (
     weight_payload,
     weight_stream_bytes_exact,
 )
+from aneforge.cost.analytic import chip_constants, node_terms
+from aneforge.cost.roofline import node_bytes
+from aneforge.errors import AneforgeWarning, DispatchFloorWarning, OptionError
+from aneforge.graph.hashing import structural_hash
 from aneforge.optimizer.tune import DEFAULT_ATOL
 from aneforge.targets.table import get_target
 

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.compiler.compile import topological_order
 from aneforge.emulator import gemm as gemm_module
 from aneforge.errors import OptionError, ShapeError
+from aneforge.graph.walk import topological_order
 from aneforge.numerics import linalg as la
 from aneforge.numerics.linalg.problems import as_fp16_values, conditioned_problem
 

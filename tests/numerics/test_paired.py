@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.compiler.compile import topological_order
 from aneforge.errors import DTypeError, ShapeError, WeightRangeError
 from aneforge.graph.fp16 import fp16_values as f16
+from aneforge.graph.rewrite import rewrite
+from aneforge.graph.walk import topological_order
 from aneforge.numerics.paired import (
     PRESCALED_SPLIT_LIMIT,
     SPEC_OPS_PER_ELEMENT,
@@ -29,7 +30,6 @@ from aneforge.numerics.paired import (
     two_product,
     two_sum,
 )
-from aneforge.optimizer.rewrite import rewrite
 from aneforge.optimizer.rules import CANONICAL, NUMERIC
 
 N = 50_000  # elements per exhaustive-style check (one graph run each)

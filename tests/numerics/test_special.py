@@ -22,8 +22,8 @@ from numpy.polynomial.chebyshev import chebvander
 from scipy import special as sp
 
 import aneforge as af
-from aneforge.compiler.compile import topological_order
 from aneforge.errors import OptionError, ShapeError
+from aneforge.graph.walk import topological_order
 from aneforge.metrics import max_relative_error as max_rel
 from aneforge.numerics import special as S
 

@@ -45,8 +45,8 @@ from unittest import mock
 import numpy as np
 
 import aneforge as af
+from aneforge.compression.codecs import LOSSY_ENCODINGS
 from aneforge.errors import AneforgeWarning
-from aneforge.numerics.compression.codecs import LOSSY_ENCODINGS
 from aneforge.optimizer.cache import MAX_ENTRY_BYTES, STALE_TMP_S, TuneCache
 from aneforge.optimizer.tune import DEFAULT_ATOL
 from guards import deadline

@@ -29,8 +29,8 @@ from hostile_cache import (
 )
 
 import aneforge as af
+from aneforge.compression.codecs import LOSSY_ENCODINGS
 from aneforge.errors import AneforgeWarning, OptionError
-from aneforge.numerics.compression.codecs import LOSSY_ENCODINGS
 from aneforge.optimizer import cache as cache_module
 from aneforge.optimizer import variants as variants_module
 from aneforge.optimizer.cache import MAX_ENTRY_BYTES, STALE_TMP_S, TuneCache, entry_problem

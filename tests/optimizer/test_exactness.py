@@ -28,11 +28,10 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.compiler.compile import build_program
+from aneforge.compiler.program import Program
 from aneforge.emulator.interpreter import execute_float64, execute_fp16
 from aneforge.graph.ops.bridge import flatten, lrn, minmax_norm, sdpa
-from aneforge.graph.tensor import weight
-from aneforge.optimizer.rewrite import (
+from aneforge.graph.rewrite import (
     BIT_IDENTICAL,
     BOUNDED,
     EQUAL_OR_BETTER,
@@ -41,6 +40,7 @@ from aneforge.optimizer.rewrite import (
     Rule,
     rewrite,
 )
+from aneforge.graph.tensor import weight
 from aneforge.optimizer.routes import LOSSLESS_CLASSES, route_registry, select_routes
 from aneforge.optimizer.rules import RULE_SETS
 from aneforge.optimizer.variants import build_variant
@@ -249,7 +249,7 @@ _CASES["route_lrn"] = _lrn_case
 
 def _run(outputs, feeds):
     with np.errstate(all="ignore"):
-        return execute_fp16(build_program(outputs), feeds)
+        return execute_fp16(Program.from_outputs(outputs), feeds)
 
 
 def _error_to(out, ref) -> np.ndarray:
@@ -317,7 +317,7 @@ def _measure(name: str, seed: int = 0) -> tuple[int, int]:
         if not report.matches.get(rule.name):
             continue
         fired += 1
-        prog = build_program([out])
+        prog = Program.from_outputs([out])
         for k in range(FEEDS_PER_CASE):
             feeds = [_feed(t.shape, rng, k) for t in ins]
             (old_y,), (new_y,) = _run([out], feeds), _run([new], feeds)
@@ -380,7 +380,7 @@ def test_minmax_norm_keeps_the_sign_of_zero_at_every_opt_level(opt):
         warnings.simplefilter("ignore", af.AneforgeWarning)
         prog = af.compile(y, opt=opt)
     got = prog(feed)
-    (want,) = execute_float64(build_program([y]), [feed.astype(np.float16)])
+    (want,) = execute_float64(Program.from_outputs([y]), [feed.astype(np.float16)])
     np.testing.assert_array_equal(got, want)
     assert not np.signbit(got).any()
 

@@ -10,6 +10,7 @@ import pytest
 
 import aneforge as af
 from aneforge.analysis.precision import PrecisionError
+from aneforge.compression import quantize_graph_int8
 from aneforge.cost.bridge import bridge_cost_us
 from aneforge.cost.calibration import constants
 from aneforge.cost.estimate import estimate_breakdown
@@ -23,7 +24,6 @@ from aneforge.errors import (
 from aneforge.graph.hashing import structural_hash
 from aneforge.graph.ops.bridge import flatten, lrn, minmax_norm, sdpa
 from aneforge.graph.registry import get_op
-from aneforge.numerics.compression import quantize_graph_int8
 from aneforge.optimizer.routes import route_registry
 from aneforge.optimizer.tune import MIN_LOSSY_SPEEDUP
 from aneforge.optimizer.variants import build_variants

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.compiler.compile import build_program
+from aneforge.compiler.program import Program
 from aneforge.emulator.gemm import gemm_reference
 from aneforge.errors import OptionError, PrecisionWarning
 from aneforge.graph.fp16 import narrow_sum, reduction_route, round_fp16, wide_reductions
@@ -88,7 +88,7 @@ def test_wide_gemm_is_the_emulator_matmul_before_its_rounding(rng):
 
 def test_reference_carries_the_accumulator_into_the_subtract(rng):
     x, w1, w2 = _cfg(rng)
-    prog = build_program([x @ w1 - x @ w2])
+    prog = Program.from_outputs([x @ w1 - x @ w2])
     xv = round_fp16(rng.standard_normal((8, 64)))
     (ref,) = fp32_faithful_reference(prog, [xv])
 
@@ -104,7 +104,7 @@ def test_reference_carries_the_accumulator_into_the_subtract(rng):
 
 def test_reference_equals_the_emulator_without_accumulations(rng):
     x = af.input((4, 16), name="x")
-    prog = build_program([(x * 3.0 + 1.0).relu()])
+    prog = Program.from_outputs([(x * 3.0 + 1.0).relu()])
     xv = round_fp16(rng.standard_normal((4, 16)))
     (ref,) = fp32_faithful_reference(prog, [xv])
     (emu,) = af.get_device("emulator").run(prog, [xv])
@@ -126,7 +126,7 @@ def test_reference_runs_every_accumulating_op_closer_to_float64(rng):
         af.linear(q, rng.standard_normal((16, 32)), rng.standard_normal(16)),
     ]
     for out in outs:
-        prog = build_program([out])
+        prog = Program.from_outputs([out])
         feeds = [round_fp16(rng.standard_normal(t.shape)) for t in prog.inputs]
         exact = np.asarray(af.reference(out, *feeds), np.float64)
         (ref,) = fp32_faithful_reference(prog, feeds)
@@ -191,7 +191,7 @@ def test_cfg_difference_needs_the_opt_in_paired_fix(rng):
     assert on["candidates"]["fp16"]["error"] > 100 * paired["error"]
     # The returned program computes the fix (run it on fresh inputs).
     xv = rng.standard_normal((8, 64))
-    ref = fp32_faithful_reference(build_program([out]), [round_fp16(xv)])[0]
+    ref = fp32_faithful_reference(Program.from_outputs([out]), [round_fp16(xv)])[0]
     got, plain = prog(xv), af.compile(out)(xv)
     assert np.max(np.abs(got - ref)) < np.max(np.abs(plain - ref)) / 100
 
@@ -205,9 +205,9 @@ def test_paired_fix_matches_linear_with_bias_and_nothing_else(rng):
     fixed, count = paired_cancellation(out)
     assert count == 1 and fixed.shape == out.shape
     xv = round_fp16(rng.standard_normal((4, 32)))
-    ref = fp32_faithful_reference(build_program([out]), [xv])[0].astype(np.float64)
-    got = af.get_device("emulator").run(build_program([fixed]), [xv])[0]
-    plain = af.get_device("emulator").run(build_program([out]), [xv])[0]
+    ref = fp32_faithful_reference(Program.from_outputs([out]), [xv])[0].astype(np.float64)
+    got = af.get_device("emulator").run(Program.from_outputs([fixed]), [xv])[0]
+    plain = af.get_device("emulator").run(Program.from_outputs([out]), [xv])[0]
     assert np.max(np.abs(got - ref)) < np.max(np.abs(plain - ref)) / 10
     # Not matched: an operand that is not a weight contraction, or a broadcasting sub.
     y = af.input((4, 16), name="y")

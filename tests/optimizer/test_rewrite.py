@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.compiler.compile import topological_order
+from aneforge.graph.rewrite import MAX_REWRITES_PER_NODE, RewriteReport, Rule, rewrite
 from aneforge.graph.tensor import make
-from aneforge.optimizer.rewrite import MAX_REWRITES_PER_NODE, RewriteReport, Rule, rewrite
+from aneforge.graph.walk import topological_order
 from aneforge.optimizer.rules import CANONICAL
 
 

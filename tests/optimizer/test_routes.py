@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.compiler.compile import topological_order
 from aneforge.graph.ops.bridge import BRIDGE_OPS, flatten, lrn, minmax_norm, sdpa
 from aneforge.graph.registry import get_op
-from aneforge.optimizer.rewrite import EXACTNESS
+from aneforge.graph.rewrite import EXACTNESS
+from aneforge.graph.walk import topological_order
 from aneforge.optimizer.routes import (
     BRIDGE_DECOMPOSERS,
     Route,

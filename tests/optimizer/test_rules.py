@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aneforge as af
-from aneforge.compiler.compile import topological_order
+from aneforge.graph.rewrite import rewrite
 from aneforge.graph.tensor import weight
-from aneforge.optimizer.rewrite import rewrite
+from aneforge.graph.walk import topological_order
 from aneforge.optimizer.rules import (
     CANONICAL,
     CONST_FOLD_MAX_ELEMS,

@@ -58,14 +58,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..compiler.program import Program
 from ..emulator.chips import (
     CROP_DMA_LIMIT,
     chip_numerics,
     is_width_offset,
-    resolve,
     width_begin,
 )
 from ..errors import OptionError
+from ..targets.names import resolve_target
 from .ranges import range_analysis
 
 #: Every class, least severe first.
@@ -147,7 +148,7 @@ def fp16_divergence(out, targets, input_bounds=None) -> DivergenceReport:
     Returns:
         A :class:`DivergenceReport` (module docstring: the classes and the contract).
     """
-    program = _program(out)
+    program = Program.coerce(out, "fp16_divergence")
     archs, chips = _targets(targets)
     ranges = range_analysis(program, input_ranges=input_bounds)
     bounds = {id(n): _bound(ranges, n) for n in program.nodes}
@@ -188,22 +189,13 @@ def fp16_divergence(out, targets, input_bounds=None) -> DivergenceReport:
 # ---- inputs --------------------------------------------------------------------------
 
 
-def _program(out):
-    from ..compiler.compile import _as_outputs, build_program
-    from ..compiler.program import Program
-
-    if isinstance(out, Program):
-        return out
-    return build_program(_as_outputs(out))
-
-
 def _targets(targets):
     if isinstance(targets, str) or not hasattr(targets, "__iter__"):
         targets = [targets]
     targets = list(targets)
     if not targets:
         raise OptionError("fp16_divergence: give at least one target, e.g. ['M1', 'M4']")
-    resolved = [resolve(t) for t in targets]
+    resolved = [resolve_target(t) for t in targets]
     chips = [chip_numerics(t) for t in resolved]  # family 1 raises PreflightError
     return [t.arch for t in resolved], chips
 

@@ -95,9 +95,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..compiler.program import Program
+from ..emulator.chips import chip_numerics
 from ..errors import AneforgeError, OptionError, PrecisionWarning
 from ..graph.registry import get_op, held_roundings
 from ..tables import TableMixin
+from ..targets.names import resolve_target
 from .divergence import narrow_terms
 from .ranges import range_analysis
 
@@ -278,7 +281,7 @@ def precision_risk(out, verbose: bool = False, target=None, input_ranges=None) -
     Returns:
         A :class:`PrecisionReport` (module docstring: the modes and the calibration).
     """
-    program = _program(out)
+    program = Program.coerce(out, "precision_risk")
     arch, route = _route(program, target)
     nonneg: dict[int, bool] = {}
     ancestry: dict[int, frozenset] = {}
@@ -396,25 +399,15 @@ def _range_risks(program, arch, input_ranges) -> list[NodeRisk]:
 # ---- inputs --------------------------------------------------------------------------
 
 
-def _program(out):
-    from ..compiler.compile import _as_outputs, build_program
-    from ..compiler.program import Program
-
-    if isinstance(out, Program):
-        return out
-    return build_program(_as_outputs(out))
-
-
 def _route(program, target):
     """(architecture or None, reduction route or None) for ``target`` / the program's."""
-    from ..emulator.chips import chip_numerics, resolve
 
     chosen = program.target if target is None else target
     if chosen is None:
         return None, None
     if isinstance(chosen, str) and chosen.strip().lower() == "generic":
         return None, None
-    tgt = resolve(chosen)
+    tgt = resolve_target(chosen)
     chip = chip_numerics(tgt)  # family 1 raises PreflightError (no MIL path)
     return tgt.arch, chip.route
 

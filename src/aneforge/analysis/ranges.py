@@ -45,7 +45,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compiler.compile import _as_outputs, build_program
 from ..compiler.program import Program
 from ..emulator.chips import chip_execution, chip_numerics, is_width_offset
 from ..emulator.gemm import gemm_reference
@@ -351,7 +350,7 @@ def range_analysis(out, input_ranges=None, target=None) -> RangeReport:
         >>> str(rep.nodes[-1].interval), rep.hazards
         ('[0.01799, 0.9819]', ())
     """
-    program = out if isinstance(out, Program) else build_program(_as_outputs(out))
+    program = Program.coerce(out, "range_analysis")
     chip = chip_numerics(target)
     declared = _declared(program, input_ranges)
     return _analyse(program, declared, chip, None if target is None else str(target))

@@ -1,6 +1,10 @@
-"""Compilation: graph -> :class:`Program` (nodes in execution order)."""
+"""The compiled form: :class:`Program` (nodes in execution order), its segmentation into
+fused regions and bridge cuts, and the per-family preflight check.
 
-from .compile import compile  # noqa: A004  (the public name)
+:func:`aneforge.compile`, which runs the optimizer to build a Program, is
+:mod:`aneforge.driver`, above this package.
+"""
+
 from .program import Program
 
-__all__ = ["compile", "Program"]
+__all__ = ["Program"]

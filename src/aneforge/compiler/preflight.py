@@ -57,7 +57,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import PreflightError
+from ..graph.rewrite import Rule, rewrite
 from ..graph.tensor import Tensor, make
+from ..targets.names import resolve_target
+from .program import Program
 
 #: Rank limit of every family.
 MAX_RANK = 5
@@ -159,10 +162,8 @@ def preflight(out, target) -> PreflightReport:
     Returns the :class:`PreflightReport`; it never raises for a violation (compile
     does). An unknown target name raises :class:`~aneforge.errors.OptionError`.
     """
-    from ..emulator.chips import resolve
-
-    tgt = resolve(target)
-    nodes = _nodes(out)
+    tgt = resolve_target(target)
+    nodes = Program.coerce(out, "preflight").nodes
     if tgt.family == 1:
         msg = (
             f"target {tgt.arch} is in capability family 1 (h11, h12, m9, t0), which has "
@@ -187,15 +188,6 @@ def raise_if_blocked(report: PreflightReport) -> None:
         fix = f" [compile lowers it: {v.lowering}]" if v.lowering else ""
         lines.append(f"  - {v.message}{fix}")
     raise PreflightError("\n".join(lines), report)
-
-
-def _nodes(out) -> list[Tensor]:
-    from .compile import _as_outputs, topological_order
-    from .program import Program
-
-    if isinstance(out, Program):
-        return list(out.nodes)
-    return topological_order(_as_outputs(out))
 
 
 def axis_role(rank: int, axis: int) -> str:
@@ -322,8 +314,6 @@ def lower_below_floor(outs, report: PreflightReport):
 
     Returns the new outputs; fills ``report.lowered`` (op -> count).
     """
-    from ..optimizer.rewrite import Rule, rewrite
-
     ops = tuple(sorted({v.op for v in report.lowerable}))
     if not ops:
         return list(outs)

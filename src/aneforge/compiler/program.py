@@ -20,11 +20,33 @@ from functools import cached_property
 
 import numpy as np
 
+from ..compression import weight_stream_bytes_exact
+from ..devices import get_device
 from ..emulator.trace import trace
 from ..errors import DTypeError, InputError, OptionError, PrecisionWarning
 from ..graph.naming import layer_names, user_name
 from ..graph.registry import get_op
 from ..graph.tensor import Tensor
+from ..graph.walk import as_outputs, topological_order
+from .segment import segment
+
+#: Exporters by format, registered by the layers that write them (``io`` registers
+#: ``"coreml"``); :meth:`Program.export_coreml` looks its writer up here, so the IR
+#: does not import the exporters above it.
+EXPORTERS: dict = {}
+
+
+def register_exporter(fmt: str, writer) -> None:
+    """Make ``Program.export_<fmt>`` call ``writer(program, path, **options)``.
+
+    Example:
+        >>> from aneforge.compiler.program import EXPORTERS
+        >>> "coreml" in EXPORTERS  # registered by aneforge.io when aneforge is imported
+        True
+    """
+    if fmt in EXPORTERS and EXPORTERS[fmt] is not writer:
+        raise OptionError(f"an exporter for '{fmt}' is already registered")
+    EXPORTERS[fmt] = writer
 
 
 class Program:
@@ -72,13 +94,42 @@ class Program:
         self._estimates: dict = {}
         self.tune_report: dict | None = None
 
+    @classmethod
+    def from_outputs(cls, outputs, opt=0, target=None, output_names=None) -> Program:
+        """A Program of ``outputs`` exactly as built: no passes, no checks, no warnings.
+
+        This is how every layer below :func:`aneforge.compile` makes a Program.
+
+        Example:
+            >>> import aneforge as af
+            >>> x = af.input((2,), name="x")
+            >>> Program.from_outputs([x.relu()]).op_count
+            1
+        """
+        outs = tuple(outputs)
+        return cls(outs, topological_order(outs), opt, target=target, output_names=output_names)
+
+    @classmethod
+    def coerce(cls, out, caller: str = "compile") -> Program:
+        """``out`` itself if it is a Program, else :meth:`from_outputs` of ``out`` (a
+        Tensor or a non-empty list of Tensors; anything else raises
+        :class:`~aneforge.errors.OptionError` naming ``caller``).
+
+        Example:
+            >>> import aneforge as af
+            >>> prog = Program.coerce(af.input((2,)).exp())
+            >>> Program.coerce(prog) is prog
+            True
+        """
+        if isinstance(out, Program):
+            return out
+        return cls.from_outputs(as_outputs(out, caller))
+
     # ---- segmentation ------------------------------------------------------------------
     @property
     def regions(self):
         """Fused regions and bridge cuts in execution order (see ``compiler.segment``)."""
         if self._regions is None:
-            from .segment import segment
-
             self._regions = segment(self.nodes)
         return self._regions
 
@@ -143,8 +194,6 @@ class Program:
     @property
     def weight_bytes(self) -> int:
         """Bytes the program's weights stream (compressed encodings counted as such)."""
-        from ..numerics.compression import weight_stream_bytes_exact
-
         return sum(weight_stream_bytes_exact(n) for n in self.nodes if n.op == "weight")
 
     def summary(self) -> str:
@@ -188,9 +237,7 @@ class Program:
         see :func:`aneforge.io.coreml_export.export_coreml` for ``options``. Returns the
         package path.
         """
-        from ..io.coreml_export import export_coreml
-
-        return export_coreml(self, path, target=target, **options)
+        return EXPORTERS["coreml"](self, path, target=target, **options)
 
     # ---- running -----------------------------------------------------------------------
     def prepare_inputs(self, args, kwargs) -> list[np.ndarray]:
@@ -244,8 +291,6 @@ class Program:
         return trace(self, inputs, fast=fast, target=self.target if target is None else target)
 
     def _execute(self, args, kwargs, device):
-        from ..devices import get_device
-
         inputs = self.prepare_inputs(args, kwargs)
         return get_device(device).run(self, inputs)
 

@@ -44,16 +44,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..compiler.compile import build_program
 from ..compiler.preflight import preflight, raise_if_blocked
 from ..compiler.program import Program
+from ..compression import quantize_graph_int8
 from ..errors import DispatchFloorWarning
 from ..gcpause import paused_gc
 from ..graph.tensor import Tensor
-from ..numerics.compression import quantize_graph_int8
 from ..tables import TableMixin
 from ..targets.names import resolve_target
-from ..targets.table import Target
 from .analytic import (
     ChipConstants,
     RegionLoad,
@@ -228,7 +226,7 @@ def roofs(target=None) -> dict:
     if target is None:
         c = default_chip_constants(constants())
     else:
-        c = chip_constants(_resolve(target))
+        c = chip_constants(resolve_target(target))
     return {
         "target": None if target is None else c.arch,
         "peak_flops_per_us": c.peak_flops_per_us,
@@ -238,17 +236,6 @@ def roofs(target=None) -> dict:
         "floor_us": c.overhead_us,
         "pass_us": c.layer_us,
     }
-
-
-def _program(out) -> Program:
-    if isinstance(out, Program):
-        return out
-    return build_program([out] if not isinstance(out, (list, tuple)) else out)
-
-
-def _resolve(target) -> Target:
-    """A Target from an architecture or marketing name (OptionError when unknown)."""
-    return target if isinstance(target, Target) else resolve_target(target)
 
 
 @paused_gc()  # one record per layer: see aneforge.gcpause
@@ -269,8 +256,8 @@ def estimate_breakdown(
         >>> [(n.name, n.op, n.bound) for n in af.estimate_breakdown(y, target="M1").nodes]
         [('conv_0', 'conv', 'compute'), ('relu_0', 'relu', 'activations')]
     """
-    given = _program(out)
-    tgt = None if target is None else _resolve(target)
+    given = Program.coerce(out, "estimate")
+    tgt = None if target is None else resolve_target(target)
     c = calibration or constants()
     memo_key = (bool(int8), c, tgt)  # a chip's memory makes M4 and M4 Max two keys
     cached = given._estimates.get(memo_key)
@@ -282,7 +269,7 @@ def estimate_breakdown(
     else:
         raise_if_blocked(preflight(prog, tgt))
         if int8:  # price the whole-graph int8 variant on that chip
-            prog = build_program(quantize_graph_int8(list(prog.outputs)))
+            prog = Program.from_outputs(quantize_graph_int8(list(prog.outputs)))
         chip, family = chip_constants(tgt), tgt.family
     result = _price(prog, chip, family, int8 and tgt is None, c)
     result.target = None if tgt is None else tgt.arch
@@ -367,7 +354,7 @@ def warn_if_floor_dominated(prog) -> None:
 
     Runs at every compile, so it prices the program's totals only (no per-layer
     records, no preflight: compile has checked the target already)."""
-    tgt = _resolve(prog.target if prog.target is not None else DEFAULT_CHIP)
+    tgt = resolve_target(prog.target if prog.target is not None else DEFAULT_CHIP)
     chip = chip_constants(tgt)
     loads = program_loads(prog, tgt.family, chip.swap_rows)
     total = program_time_us(loads, chip)

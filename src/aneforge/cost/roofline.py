@@ -3,7 +3,7 @@
 ``bytes`` is generic for every op: (input elements + output elements) * 2 (fp16), where
 weights are inputs too and stream at their encoded size (exact per encoding: int8 1 byte
 per element + 2 per channel, int4 ceil(n/2) + 32, sparse ceil(n/8) + 2 per nonzero;
-``numerics.compression.stream_bytes``). ``flops`` is the op
+``compression.stream_bytes``). ``flops`` is the op
 record's closed form (only contractions have one; everything else is bytes-bound).
 
 Example:
@@ -15,9 +15,9 @@ Example:
 
 from __future__ import annotations
 
+from ..compression import quantizable_weight_index, weight_stream_bytes
 from ..graph.registry import get_op
 from ..graph.tensor import Tensor
-from ..numerics.compression import quantizable_weight_index, weight_stream_bytes
 
 FP16_BYTES = 2
 INT8_BYTES = 1

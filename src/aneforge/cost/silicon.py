@@ -33,10 +33,14 @@ from importlib import resources
 
 import numpy as np
 
+from ..graph import api
+from ..graph.tensor import input as graph_input
+from ..graph.tensor import weight
+from ..targets.names import resolve_target
+
 
 def chip_arch(chip: str) -> str:
     """The architecture a row's chip is modelled as (``aneforge.targets.names``)."""
-    from ..targets.names import resolve_target
 
     return resolve_target(chip).arch
 
@@ -161,9 +165,6 @@ def load_model_rows(text: str | None = None) -> list[ModelRow]:
 
 def build_workload(row: SiliconRow):
     """The row's workload as an aneforge graph (weights are zeros: only shapes matter)."""
-    from ..graph import api
-    from ..graph.tensor import input as graph_input
-    from ..graph.tensor import weight
 
     d = row.dims
     if row.workload == "gemm":

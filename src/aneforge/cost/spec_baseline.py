@@ -20,7 +20,6 @@ Example:
 
 from __future__ import annotations
 
-from ..compiler.compile import _as_outputs, build_program
 from ..compiler.program import Program
 from ..targets.projection import anchor_for
 from ..targets.table import get_target
@@ -65,7 +64,7 @@ def spec_estimate_us(out, arch: str) -> float:
     """The spec formula's estimate (microseconds) of ``out`` (a graph or a Program) on
     ``arch``."""
     overhead, peak, bw, ramp = spec_constants(arch)
-    prog = out if isinstance(out, Program) else build_program(_as_outputs(out))
+    prog = Program.coerce(out, "spec_estimate")
     total = 0.0
     for region in prog.fused_regions:
         compute = 0.0

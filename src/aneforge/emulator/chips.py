@@ -41,6 +41,7 @@ import numpy as np
 
 from ..errors import OptionError, PreflightError
 from ..graph.fp16 import FP16_MAX, reduction_route
+from ..targets.names import resolve_target
 
 #: The crop-DMA's usable magnitude: fp16's maximum over the Q.4 scale of 16 (spec 004).
 CROP_DMA_LIMIT = FP16_MAX / 16  # 4094.0
@@ -119,25 +120,6 @@ def family_numerics(family: int) -> ChipNumerics:
         raise OptionError(f"unknown capability family {family!r}; families are 1..5") from None
 
 
-def resolve(target):
-    """The :class:`~aneforge.targets.table.Target` of a name or Target (OptionError if
-    unknown). Uses ``targets.names.resolve_target`` (marketing names) when present."""
-    from ..targets import table
-
-    try:
-        from ..targets.names import resolve_target
-    except ImportError:  # pragma: no cover - the names module ships with the table
-        resolve_target = None
-    if resolve_target is not None:
-        return resolve_target(target)
-    if isinstance(target, table.Target):
-        return target
-    try:
-        return table.get_target(str(target))
-    except KeyError:
-        raise OptionError(f"unknown target {target!r}") from None
-
-
 def chip_numerics(target) -> ChipNumerics | None:
     """The per-chip numerics of ``target``; ``None`` (or 'generic') is the generic model.
 
@@ -148,7 +130,7 @@ def chip_numerics(target) -> ChipNumerics | None:
         return target
     if isinstance(target, str) and target.strip().lower() in GENERIC_NAMES:
         return None
-    return family_numerics(resolve(target).family)
+    return family_numerics(resolve_target(target).family)
 
 
 def saturate(value: np.ndarray, limit: float) -> np.ndarray:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import AttributeValueError, ShapeError
 from .ops.elementwise import BINARY, COMPARE, UNARY
+from .ops.shape import getitem
 from .registry import check_int, describe, get_op
 from .tensor import Tensor, as_tensor, make
 
@@ -447,6 +448,7 @@ _METHODS.update(
 )
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)
+Tensor.__getitem__ = getitem  # x[key]: ints, slices and one Ellipsis (ops.shape.getitem)
 Tensor.T = property(lambda self: transpose(self), doc="Axes reversed.")
 
 __all__ = sorted(

@@ -28,6 +28,7 @@ import hashlib
 
 import numpy as np
 
+from ..graph.walk import topological_order
 from .tensor import Tensor
 
 HASH_VERSION = 1
@@ -46,7 +47,6 @@ def _canonical(value) -> str:
 
 def structural_hash(outputs, extra: str = "") -> str:
     """Hex sha256 of the graph of ``outputs`` (a Tensor or a sequence) plus ``extra``."""
-    from ..compiler.compile import topological_order
 
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     nodes = topological_order(outs)

@@ -17,6 +17,7 @@ from ..errors import AttributeValueError, ShapeError
 from . import api
 from .registry import check_int, describe, get_op
 from .tensor import Tensor, as_tensor, weight
+from .tensor import input as graph_input
 
 
 def mha(x, wq, wk, wv, wo, heads: int, kv=None, mask=None, *, name=None) -> Tensor:
@@ -160,9 +161,7 @@ def transformer_block(seed: int = 0, seq: int = 32, width: int = 64, heads: int 
 
 def api_input(shape, name):
     """Declare an input (kept here so the helpers read top to bottom)."""
-    from .tensor import input as _input
-
-    return _input(shape, name=name)
+    return graph_input(shape, name=name)
 
 
 EXAMPLES = {"cnn": small_cnn, "transformer": transformer_block}

@@ -299,7 +299,6 @@ def register(op: OpDef) -> OpDef:
 
 def get_op(name: str) -> OpDef:
     """Return the record of op ``name``."""
-    _ensure_loaded()
     if not isinstance(name, str):
         raise AttributeValueError(f"op names are strings, got {describe(name)}")
     try:
@@ -310,18 +309,7 @@ def get_op(name: str) -> OpDef:
 
 def all_ops() -> dict[str, OpDef]:
     """All registered ops by name (a copy)."""
-    _ensure_loaded()
     return dict(_REGISTRY)
-
-
-_LOADED = []
-
-
-def _ensure_loaded() -> None:
-    if not _LOADED:
-        from . import ops  # noqa: F401  (registers every op on import)
-
-        _LOADED.append(True)
 
 
 # ---- attribute checks shared by many ops -------------------------------------------

@@ -115,7 +115,7 @@ class Tensor:
 
     __hash__ = object.__hash__
 
-    # ---- operators (the rest of the methods are attached by ops/__init__) -----------
+    # ---- operators (the rest of the methods, indexing included, are attached by api) --
     def __add__(self, other):
         if _defers(other):
             return NotImplemented
@@ -190,11 +190,6 @@ class Tensor:
 
     def __ge__(self, other):
         return make("greater_equal", self, other)
-
-    def __getitem__(self, key):
-        from .ops.shape import getitem
-
-        return getitem(self, key)
 
 
 def _defers(other) -> bool:

@@ -35,8 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..devices import Capabilities
+from ..devices import Capabilities, devices, register_device
 from ..errors import DeviceUnavailable, OptionError
+from ..graph.hashing import structural_hash
+from .coreml_export import _ct, export_coreml
 
 COMPUTE_UNITS = ("CPU_AND_NE", "ALL", "CPU_ONLY", "CPU_AND_GPU")
 NAME = "coreml"
@@ -50,7 +52,6 @@ def unavailable_reason() -> str | None:
             f"{sys.platform}. Export with aneforge.io.coreml_export.export_coreml and run "
             "the package on a Mac, or use the 'emulator' device here"
         )
-    from .coreml_export import _ct
 
     try:
         _ct()
@@ -87,7 +88,6 @@ class CoreMLDevice:
         reason = unavailable_reason()
         if reason is not None:
             raise DeviceUnavailable(reason)
-        from .coreml_export import _ct
 
         self._ct = _ct()
         self.name = NAME
@@ -110,8 +110,6 @@ class CoreMLDevice:
     def _model(self, program):
         """(MLModel, input names, output names, output shapes, feature dtype), exported
         once per structural hash of the program and the export options."""
-        from ..graph.hashing import structural_hash
-        from .coreml_export import export_coreml
 
         where = getattr(program, "target", None)  # sets the deployment target by default
         extra = f"{sorted(self.options.items())!r}|{getattr(where, 'arch', where)!r}"
@@ -158,7 +156,6 @@ def register() -> None:
     """Add ``"coreml"`` to the device registry (``af.get_device("coreml")``,
     ``af.tune(device="coreml")``); calling it again does nothing. Off macOS the name is
     listed but resolving it raises :class:`~aneforge.errors.DeviceUnavailable`."""
-    from ..devices import devices, register_device
 
     if NAME not in devices():
         register_device(NAME, CoreMLDevice)

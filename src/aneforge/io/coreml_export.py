@@ -9,7 +9,7 @@ Contract:
 
 - **fp16 throughout.** Every MIL value is fp16 and every constant is the aneforge
   weight's fp16 bytes. A compressed weight (``attrs["encoding"]``: int8, int4 or sparse,
-  from :mod:`aneforge.numerics.compression`) is stored in its compressed form in the
+  from :mod:`aneforge.compression`) is stored in its compressed form in the
   matching constexpr op (:data:`ENCODED_WEIGHT_OPS`), which Core ML decodes at load time
   to the same fp16 values aneforge emulates. Inputs and outputs are fp16
   tensors (fp32 with ``io_dtype="float32"``, cast to fp16 at the entry and back at the
@@ -65,10 +65,20 @@ from pathlib import Path
 
 import numpy as np
 
+from .._version import __version__
+from ..compiler.program import Program
+from ..compression import weight_payload
+from ..compression.codecs import LUT_BITS, unpack_bits
+from ..graph.hashing import structural_hash
 from ..graph.naming import layer_names, user_name
+from ..graph.registry import get_op
 from ..graph.tensor import Tensor
-from .coreml_ops import DECOMPOSED, LOWERINGS, NOT_EXPRESSIBLE, LoweringContext
+from ..graph.walk import topological_order
+from ..optimizer.routes import BRIDGE_DECOMPOSERS, decompose
+from ..targets import resolve_target
+from .coreml_ops import DECOMPOSED, NOT_EXPRESSIBLE, LoweringContext
 from .coreml_package import MARK, ExportError, check_package_path, write_package
+from .coreml_table import LOWERINGS
 
 #: iOS version of the ML Program opset each MIL-capable target family deploys to: the
 #: OS its first chips shipped with, floored at iOS 15 (the first to run ML Programs).
@@ -136,7 +146,6 @@ def _ct():
 
 def _needs_route(node: Tensor, ios: int) -> bool:
     """Whether ``node`` must be replaced by its fused route at opset ``ios``."""
-    from ..optimizer.routes import BRIDGE_DECOMPOSERS
 
     entry = LOWERINGS.get(node.op)
     if entry is None or node.op not in BRIDGE_DECOMPOSERS:
@@ -150,7 +159,6 @@ def _needs_route(node: Tensor, ios: int) -> bool:
 
 def _requirements(nodes, io_dtype) -> dict[str, int]:
     """What needs a newer opset than iOS 15: reason -> iOS version."""
-    from ..optimizer.routes import BRIDGE_DECOMPOSERS
 
     need: dict[str, int] = {}
     for node in nodes:
@@ -167,7 +175,6 @@ def _requirements(nodes, io_dtype) -> dict[str, int]:
 
 def _problems(nodes, ios) -> list[str]:
     """One line per op that cannot be exported at opset ``ios``."""
-    from ..graph.registry import get_op
 
     counts: Counter = Counter()
     why: dict[str, str] = {}
@@ -199,9 +206,8 @@ ENCODED_WEIGHT_OPS = {
 
 
 def _payload(w: Tensor) -> dict:
-    """The arrays an encoded weight streams (:func:`~aneforge.numerics.compression.
+    """The arrays an encoded weight streams (:func:`~aneforge.compression.
     weight_payload`), or ExportError naming what is wrong."""
-    from ..numerics.compression import weight_payload
 
     enc = w.attrs.get("encoding", "fp16")
     if enc not in ENCODED_WEIGHT_OPS:
@@ -214,13 +220,12 @@ def _payload(w: Tensor) -> dict:
     except (KeyError, ValueError) as err:
         raise ExportError(
             f"weight '{w.name}': its {enc} metadata is incomplete ({err}); encode it "
-            "with aneforge.numerics.compression"
+            "with aneforge.compression"
         ) from None
 
 
 def _encoded_weight(mb, types, ios: int, w: Tensor, name: str):
     """The constexpr op that decodes weight ``w`` at load time to its fp16 values."""
-    from ..numerics.compression.codecs import LUT_BITS, unpack_bits
 
     enc, p, shape = w.attrs["encoding"], _payload(w), tuple(w.shape)
     if enc == "int8":
@@ -304,19 +309,11 @@ def _identifier(name: str, fallback: str) -> str:
 
 
 def _as_program(program):
-    from ..compiler.compile import build_program
-    from ..compiler.program import Program
-
     if isinstance(program, Program):
         return program
-    if isinstance(program, Tensor):
-        return build_program([program])
-    if (
-        isinstance(program, (list, tuple))
-        and program
-        and all(isinstance(t, Tensor) for t in program)
-    ):
-        return build_program(list(program))
+    outs = [program] if isinstance(program, Tensor) else program
+    if isinstance(outs, (list, tuple)) and outs and all(isinstance(t, Tensor) for t in outs):
+        return Program.from_outputs(outs)
     raise ExportError(
         f"export_coreml: expected a Program (af.compile(...)) or output tensors, got "
         f"{type(program).__name__}"
@@ -335,8 +332,6 @@ def _choose_target(prog, target, minimum_deployment_target, io_dtype):
     else:
         t = target if target is not None else getattr(prog, "target", None)
         if t is not None:
-            from ..targets import resolve_target
-
             t = resolve_target(t)
             if t.family not in FAMILY_IOS:
                 raise ExportError(
@@ -386,8 +381,6 @@ def lower_program(
     computes every op that supports it: a check of the lowering's meaning without a
     Mac. Raises :class:`ExportError` listing every op that cannot be exported.
     """
-    from ..compiler.compile import topological_order
-    from ..optimizer.routes import decompose
 
     prog = _as_program(program)
     ios, reasons, io_dtype, problems = _choose_target(
@@ -415,7 +408,6 @@ def lower_program(
 
 
 def _is_bridge(op: str) -> bool:
-    from ..graph.registry import get_op
 
     return get_op(op).kind == "bridge"
 
@@ -667,7 +659,6 @@ def export_coreml(
     low = lower_program(program, target, minimum_deployment_target, io_dtype=io_dtype,
                         output_names=output_names)  # fmt: skip
     model = convert(low, optimize=optimize)
-    from .. import __version__
 
     model.short_description = f"aneforge {__version__} export ({low.deployment})"
     meta = model.user_defined_metadata
@@ -679,7 +670,6 @@ def export_coreml(
 
 
 def _program_hash(program) -> str:
-    from ..graph.hashing import structural_hash
 
     return structural_hash(list(_as_program(program).outputs))
 

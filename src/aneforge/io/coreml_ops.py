@@ -15,11 +15,12 @@ keyed by op name, with one of three statuses:
 The lowering functions take ``(cx, node, name)``: ``cx`` is a :class:`LoweringContext`
 (the MIL builder, the opset and the MIL values of the node's sources), ``node`` the
 aneforge node, ``name`` the name its final MIL op must carry. Every emitted value is
-fp16; constants are fp16 (the engine's dataplane), shapes and axes int32. This module
-does not import coremltools: the builder arrives through the context, so the table and
-its documentation load without it.
+fp16; constants are fp16 (the engine's dataplane), shapes and axes int32. The bridge
+ops' lowerings are in :mod:`.coreml_bridge_ops`; :mod:`.coreml_table` loads both and
+renders the table. This module does not import coremltools: the builder arrives
+through the context, so the table and its documentation load without it.
 
-Run ``python -m aneforge.io.coreml_ops docs/export.md`` to refresh the generated table
+Run ``python -m aneforge.io.coreml_table docs/export.md`` to refresh the generated table
 in the documentation (a test checks that it is current).
 
 Example:
@@ -32,14 +33,12 @@ Example:
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..graph.ops.common import norm_axes, norm_axis, pads, spatial_tuple
-from ..graph.registry import all_ops
 from ..graph.tensor import Tensor
 
 LOWERED, DECOMPOSED, NOT_EXPRESSIBLE = "lowered", "decomposed", "not expressible"
@@ -646,65 +645,3 @@ def _gather(cx, node, name):
 @lowers("cast", "identity (fp16 is the only dataplane type)")
 def _cast(cx, node, name):
     return cx.mb.identity(x=cx.arg(node, 0), name=name)
-
-
-# The bridge ops' lowerings live in coreml_bridge_ops (imported below).
-
-# ---- the table as documentation ------------------------------------------------------
-
-
-def coverage() -> dict[str, list[str]]:
-    """Fused and bridge op names by status (and ``"missing"``), in registry order."""
-    out: dict[str, list[str]] = {s: [] for s in (*STATUSES, "missing")}
-    for name, op in all_ops().items():
-        if op.kind != "source":
-            entry = LOWERINGS.get(name)
-            out[entry.status if entry else "missing"].append(name)
-    return out
-
-
-def render_lowering_table() -> str:
-    """The lowering table as Markdown, one row per fused and bridge op."""
-    rows = [
-        "| op | kind | status | Core ML MIL ops | min. iOS | note |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for kind in ("fused", "bridge"):
-        for name, op in all_ops().items():
-            if op.kind != kind:
-                continue
-            e = LOWERINGS.get(name)
-            if e is None:
-                rows.append(f"| {name} | {kind} | MISSING | | | |")
-                continue
-            ios = str(e.min_ios) if e.status == LOWERED else ""
-            rows.append(f"| {name} | {kind} | {e.status} | {e.mil} | {ios} | {e.note} |")
-    return "\n".join(rows) + "\n"
-
-
-BEGIN, END = "<!-- lowering-table:begin -->", "<!-- lowering-table:end -->"
-
-
-def refresh_doc(path: str) -> bool:
-    """Rewrite the generated table between the markers of ``path``; True if it changed."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    new = f"{head}{BEGIN}\n{render_lowering_table()}{END}{tail}"
-    if new != text:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(new)
-    return new != text
-
-
-from . import coreml_bridge_ops  # noqa: E402,F401  (registers the bridge ops' lowerings)
-
-if __name__ == "__main__":  # pragma: no cover  (python -m aneforge.io.coreml_ops DOC)
-    # Use the package's module, not __main__, so every lowering (bridge ops too) is in.
-    from aneforge.io import coreml_ops as _table
-
-    if len(sys.argv) > 1:
-        print("updated" if _table.refresh_doc(sys.argv[1]) else "up to date")
-    else:
-        print(_table.render_lowering_table())

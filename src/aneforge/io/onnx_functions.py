@@ -12,7 +12,7 @@ Example:
     >>> import numpy as np, onnx
     >>> from onnx import TensorProto, helper
     >>> import aneforge as af
-    >>> from aneforge.compiler.compile import topological_order
+    >>> from aneforge.graph.walk import topological_order
     >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 1, 1])
     >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 1, 1])
     >>> node = helper.make_node("MeanVarianceNormalization", ["x"], ["y"])

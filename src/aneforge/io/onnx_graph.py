@@ -24,9 +24,9 @@ Example:
 
 from __future__ import annotations
 
-from ..compiler.compile import topological_order
 from ..graph.naming import user_name
 from ..graph.tensor import Tensor, with_srcs
+from ..graph.walk import topological_order
 
 
 def node_label(node) -> str:

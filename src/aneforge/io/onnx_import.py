@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..driver import compile as _compile
 from ..errors import AneforgeError, SizeLimitError
 from ..graph.fp16 import FP16_MAX
 from ..graph.tensor import Tensor, creation_mark, input, weight
@@ -82,6 +83,7 @@ from .onnx_functions import FunctionExpansion
 from .onnx_graph import NodeNames, apply_names, node_label, topological
 from .onnx_load import DEFAULT_DOMAINS, MIN_OPSET, load_model, one_line
 from .onnx_sizes import GROWING_OPS, check_node_outputs
+from .onnx_table import EXACT_ON_HOST, HANDLERS, UNSUPPORTED_REASONS
 from .onnx_values import BROKEN, Broken, Cx, Host, Unsupported, attrs, host_eval, is_float
 
 __all__ = [
@@ -131,7 +133,6 @@ class OnnxGraph:
         """``af.compile(self.outputs, **kwargs)``: a Program whose inputs are the graph
         inputs the outputs use, in ONNX order (call it positionally or by name), and
         whose ``output_names`` are the ONNX output names (unless given)."""
-        from ..compiler.compile import compile as _compile
 
         kwargs.setdefault("output_names", list(self.output_names))
         return _compile(list(self.outputs), **kwargs)
@@ -372,7 +373,6 @@ class _Importer(FunctionExpansion):
         warnings.warn(msg, ConstantSaturationWarning, stacklevel=4)
 
     def _raise_if_unsupported(self) -> None:
-        from .onnx_ops import UNSUPPORTED_REASONS
 
         if not self.unsupported and not self.problems:
             return
@@ -492,7 +492,6 @@ class _Importer(FunctionExpansion):
 
     def dispatch(self, node, ins, opset, env=None):
         """Convert one node with graph tensors among its inputs (or rebuild a recipe)."""
-        from .onnx_ops import HANDLERS
 
         op = node.op_type
         default = node.domain in DEFAULT_DOMAINS
@@ -514,7 +513,6 @@ class _Importer(FunctionExpansion):
     def _fold(self, node, ins, opset):
         """Evaluate a node whose inputs are all host constants with ``onnx.reference``;
         None when it cannot (the node then goes through its handler)."""
-        from .onnx_ops import EXACT_ON_HOST, HANDLERS
 
         if node.domain not in DEFAULT_DOMAINS or _has_subgraph(node):
             return None  # If, Loop, Scan: their handlers convert the body node by node

@@ -16,8 +16,9 @@ ops of their definition, each rounded once. Pure movement (Gather with constant 
 Expand, Tile, reversed slices, reflect padding, nearest resizing) is exact. Convolution,
 pooling and resizing live in :mod:`.onnx_spatial`, shape and movement ops (and the
 scatters, Range, DequantizeLinear) in :mod:`.onnx_shape`, contractions, reductions,
-softmax, index ops and normalizations in :mod:`.onnx_math`; this module holds the
-registry, the shared helpers and the elementwise ops.
+softmax, index ops and normalizations in :mod:`.onnx_math`, and :mod:`.onnx_sequence`
+the sequence ops; this module holds the registry, the shared helpers and the elementwise
+ops, and :mod:`.onnx_table` loads every family into one table.
 """
 
 from __future__ import annotations
@@ -475,7 +476,3 @@ def matmul(cx, a, b):
     """NumPy matmul: a weight on the right is the weight matmul, else bmm."""
     a, b = cx.t(a), cx.t(b)
     return cx.op("matmul" if b.op == "weight" else "bmm", a, b)
-
-
-# The handlers live by family; importing them registers them.
-from . import onnx_math, onnx_sequence, onnx_shape, onnx_spatial  # noqa: E402,F401

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..emulator.gemm import gemm_reference
+from ..graph.registry import get_op
 from ..graph.tensor import Tensor, make, weight
 from .onnx_errors import NotExpressible
 from .onnx_graph import node_label
@@ -158,8 +160,6 @@ def host_eval(node, arrays, opset: int) -> list[np.ndarray]:
 
 def fold_fp16(node: Tensor) -> Tensor:
     """Evaluate a node of weights with its fp16 emulator kernel: a weight."""
-    from ..emulator.gemm import gemm_reference
-    from ..graph.registry import get_op
 
     value = get_op(node.op).emulate([s.value for s in node.srcs], node.attrs, gemm_reference)
     value = np.asarray(value, dtype=np.float16).reshape(node.shape)

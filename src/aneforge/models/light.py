@@ -48,7 +48,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..compiler.preflight import preflight
+from ..cost.estimate import estimate
 from ..errors import AneforgeError, OptionError
+from ..io.onnx_import import from_onnx
+from ..metrics import compare
+from ..reference import reference
+from ..targets import resolve_target
 
 FILES = {
     "alexnet": "light_bvlc_alexnet.onnx",
@@ -306,7 +312,6 @@ def model_inputs(
 # ---- the pipeline ------------------------------------------------------------------------
 def import_model(model):
     """``aneforge.io.onnx_import.from_onnx(model)``, the other helper's importer."""
-    from ..io.onnx_import import from_onnx
 
     return from_onnx(model)
 
@@ -356,9 +361,6 @@ def _program_args(prog, graph, feeds):
 
 
 def _family_rows(prog, targets):
-    from ..compiler.preflight import preflight
-    from ..cost.estimate import estimate
-    from ..targets import resolve_target
 
     rows = {}
     for arch in targets:
@@ -462,8 +464,6 @@ def run_light_model(
         'import_failed') and, for stub weights, ``ort_vs_stored`` (onnxruntime on the
         runner's input against the wheel's expected output).
     """
-    from ..metrics import compare
-    from ..reference import reference
 
     report = {"model": name, "weights": weights, "inputs": inputs, "status": "ok"}
     if build is None:

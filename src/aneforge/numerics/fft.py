@@ -49,9 +49,12 @@ import math
 
 import numpy as np
 
+from ..compiler.preflight import preflight, raise_if_blocked
+from ..compiler.program import Program
 from ..errors import ShapeError
 from ..graph import api
 from ..graph.tensor import Tensor, input, weight
+from ..targets.names import resolve_target
 from .fft_kernels import complex_matmul, complex_multiply
 from .fft_plan import FFTPlan, check, plan, power_of, resolve, sign_of, transform
 
@@ -401,7 +404,6 @@ def convolve(x, h, n=None, method="auto", form="stacked", target=None, info=Fals
         >>> bool(np.abs(y - np.convolve(x, h)).max() < 4e-3 * np.abs(y).max())
         True
     """
-    from ..compiler.compile import compile as compile_
 
     x, h = np.asarray(x, np.float64), np.asarray(h, np.float64)
     if x.ndim < 1 or h.ndim < 1 or x.shape[-1] < 1 or h.shape[-1] < 1:
@@ -410,9 +412,9 @@ def convolve(x, h, n=None, method="auto", form="stacked", target=None, info=Fals
     length = x.shape[-1] + h.shape[-1] - 1
     n = good_size(length) if n is None else int(n)
     xi, hi = input(x.shape, name="x"), input(h.shape, name="h")
-    spectra = compile_(
+    spectra = _program(
         [*rfft(xi, n, "backward", method, form), *rfft(hi, n, "backward", method, form)],
-        target=target,
+        target,
     )
     xr, xim, hr, him = (np.asarray(a, np.float64) for a in spectra(x / gx, h / gh))
     root = math.sqrt(CONV_PEAK)
@@ -433,11 +435,20 @@ def convolve(x, h, n=None, method="auto", form="stacked", target=None, info=Fals
     y = spectral_convolve(
         (ins[0], ins[1]), (ins[2], ins[3]), n, length, ins[4], ins[5], method, form
     )
-    inverse = compile_(y, target=target)
+    inverse = _program([y], target)
     out = np.asarray(inverse(xr, xim, hr, him, sx, sh), np.float64) / (sx * sh) * (gx * gh)
     if info:
         return out, {"n": n, "scale_x": sx, "scale_h": sh, "programs": (spectra, inverse)}
     return out
+
+
+def _program(outs, target) -> Program:
+    """The Program of ``outs`` as built (fused ops only, so no optimizer pass applies),
+    refused by preflight when ``target``'s family cannot run it."""
+    tgt = None if target is None else resolve_target(target)
+    if tgt is not None:
+        raise_if_blocked(preflight(outs, tgt))
+    return Program.from_outputs(outs, target=tgt)
 
 
 def _unit_scale(a: np.ndarray) -> float:

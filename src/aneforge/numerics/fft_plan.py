@@ -21,6 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..cost.estimate import estimate
 from ..errors import OptionError, ShapeError
 from ..graph import api
 from ..graph.tensor import input, weight
@@ -103,7 +104,6 @@ def plan(
 
 @lru_cache(maxsize=256)
 def _plan(n, kind, batch, length, norm, form, target):
-    from ..cost.estimate import estimate
 
     if n < 1 or batch < 1 or length < 1:
         raise ShapeError(f"fft plan: n, batch and length must be >= 1, got {n}, {batch}, {length}")

@@ -1,6 +1,9 @@
-"""The optimizer: the rewrite engine, its rule sets and (with issue 3) routes and tuning."""
+"""The optimizer: rule sets, routes, variants, tuning and the tuning cache.
 
-from .rewrite import RewriteReport, Rule, rewrite
+The rewrite engine it drives is :mod:`aneforge.graph.rewrite` (re-exported here).
+"""
+
+from ..graph.rewrite import RewriteReport, Rule, rewrite
 from .rules import CANONICAL, NUMERIC, REDUCE_TO_MATMUL, canonicalize, reduce_sum_to_matmul
 
 __all__ = [

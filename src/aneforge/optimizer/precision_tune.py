@@ -12,7 +12,7 @@ has nothing to rewrite, is skipped and listed in ``report["skipped"]`` with the 
 - ``reduce_sum_to_matmul``: :func:`~aneforge.reduce_sum_to_matmul`, auto-detected: only
   when the graph has a ``sum`` over one axis (the rule leaves multi-axis sums alone);
 - ``int8``: the whole-graph per-channel int8 variant
-  (:func:`~aneforge.numerics.compression.quantize_graph_int8`), only when the graph has
+  (:func:`~aneforge.compression.quantize_graph_int8`), only when the graph has
   a contraction weight; lossy;
 - ``reduce_sum_to_matmul+int8``: both (int8 first, so the rewrite's ones stay fp16);
 - ``paired`` and ``reduce_sum_to_matmul+paired``, only with ``allow_paired=True`` (near
@@ -83,10 +83,18 @@ import warnings
 import numpy as np
 
 from ..compiler.program import Program
+from ..compression import quantize_graph_int8
+from ..cost.estimate import estimate
+from ..devices import get_device
 from ..errors import OptionError, PrecisionWarning
 from ..graph.fp16 import round_fp16, wide_reductions
+from ..graph.hashing import structural_hash
 from ..graph.registry import get_op
 from ..graph.tensor import Tensor, make, weight, with_srcs
+from ..graph.walk import topological_order
+from ..numerics.paired import Paired, paired_subtract
+from .measure import device_id, relative_deviation, seeded_inputs
+from .rules import reduce_sum_to_matmul
 
 FP32_FAITHFUL = "fp32_faithful"
 FP16_BASELINE = "fp16_baseline"
@@ -152,9 +160,9 @@ def fp32_faithful_reference(program: Program, inputs) -> list[np.ndarray]:
 
     Example:
         >>> import numpy as np, aneforge as af
-        >>> from aneforge.compiler.compile import build_program
+        >>> from aneforge.compiler.program import Program
         >>> x = af.input((4096,))
-        >>> float(fp32_faithful_reference(build_program([x.sum()]), [np.ones(4096)])[0])
+        >>> float(fp32_faithful_reference(Program.from_outputs([x.sum()]), [np.ones(4096)])[0])
         4096.0
     """
     env: dict[int, np.ndarray] = {}
@@ -195,7 +203,6 @@ def _contraction(t: Tensor):
 
 def _as_pair(t: Tensor):
     """The contraction ``t`` as a Paired ``(fp16(S), fp16(S - hi))`` (+ its bias)."""
-    from ..numerics.paired import Paired
 
     x, w, bias = _contraction(t)
     n = w.shape[1]
@@ -221,8 +228,6 @@ def paired_cancellation(out):
         >>> n, y.op
         (1, 'add')
     """
-    from ..compiler.compile import topological_order
-    from ..numerics.paired import paired_subtract
 
     single = isinstance(out, Tensor)
     outs = [out] if single else list(out)
@@ -247,7 +252,6 @@ def paired_cancellation(out):
 
 
 def _has_single_axis_sum(outs) -> bool:
-    from ..compiler.compile import topological_order
 
     for node in topological_order(outs):
         if node.op == "sum":
@@ -261,9 +265,6 @@ def _has_single_axis_sum(outs) -> bool:
 
 def _candidates(outs, allow_paired: bool):
     """``(name -> (outputs, lossless, rewrites), name -> reason skipped)``."""
-    from ..graph.hashing import structural_hash
-    from ..numerics.compression import quantize_graph_int8
-    from .rules import reduce_sum_to_matmul
 
     built: dict[str, tuple] = {"fp16": (list(outs), True, 0)}
     skipped: dict[str, str] = {}
@@ -357,10 +358,6 @@ def tune_precision(out, target_error, inputs=None, allow_paired: bool = False, d
         ``PrecisionWarning`` when no candidate meets the target. Deterministic for a
         deterministic device.
     """
-    from ..compiler.compile import build_program
-    from ..cost.estimate import estimate
-    from ..devices import get_device
-    from .tune import _device_id, _relative_deviation, _seeded_inputs
 
     target = _check_target(target_error)
     if not isinstance(allow_paired, bool):
@@ -369,9 +366,9 @@ def tune_precision(out, target_error, inputs=None, allow_paired: bool = False, d
     if not outs or not all(isinstance(t, Tensor) for t in outs):
         raise OptionError("tune_precision: out must be a Tensor or a non-empty list of Tensors")
     dev = get_device(device)
-    baseline = build_program(outs, opt=0)
+    baseline = Program.from_outputs(outs)
     if inputs is None:
-        feeds = _seeded_inputs(baseline)
+        feeds = seeded_inputs(baseline)
     else:
         given = inputs if isinstance(inputs, (list, tuple)) else [inputs]
         feeds = baseline.prepare_inputs(given, {})
@@ -382,11 +379,11 @@ def tune_precision(out, target_error, inputs=None, allow_paired: bool = False, d
     table: dict[str, dict] = {}
     programs: dict[str, Program] = {}
     for name, (graph, lossless, rewrites) in candidates.items():
-        prog = baseline if name == "fp16" else build_program(graph, opt=0)
+        prog = baseline if name == "fp16" else Program.from_outputs(graph)
         got = baseline_out if name == "fp16" else dev.run(prog, feeds)
         programs[name] = prog
         table[name] = {
-            "error": _relative_deviation(got, ref),
+            "error": relative_deviation(got, ref),
             "estimate_us": float(estimate(list(prog.outputs))),
             "lossless": lossless,
             "chosen": False,
@@ -426,11 +423,11 @@ def tune_precision(out, target_error, inputs=None, allow_paired: bool = False, d
         "met": bool(meeting),
         "message": message,
         "allow_paired": allow_paired,
-        "device": _device_id(dev),
+        "device": device_id(dev),
     }
     prog = programs[choice]
     if prog is baseline:
-        prog = build_program(outs, opt=0)  # a fresh Program, like every other choice
+        prog = Program.from_outputs(outs)  # a fresh Program, like every other choice
     prog.opt = 2
     prog.tune_report = report
     prog.passes["precision_tune"] = report

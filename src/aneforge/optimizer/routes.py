@@ -10,7 +10,7 @@ keyed like the registry; ``tests/optimizer/test_routes.py`` reconciles the two a
 65504).
 
 Loss classes are the rewrite engine's exactness classes
-(:data:`~aneforge.optimizer.rewrite.EXACTNESS`). Every alt is ``"bit-identical"`` (the
+(:data:`~aneforge.graph.rewrite.EXACTNESS`). Every alt is ``"bit-identical"`` (the
 same fp16 bits as the native op on the emulator, signed zeros included), so the route
 pass, which admits only bit-identical alts, is chosen on speed alone and never changes
 a bit. An alt of a weaker class would be left out of it (``admit=``).
@@ -32,8 +32,9 @@ import numpy as np
 from ..errors import OptionError
 from ..graph import api
 from ..graph.ops.bridge import BRIDGE_OPS
+from ..graph.rewrite import BIT_IDENTICAL, Rule, check_exactness, rewrite
 from ..graph.tensor import Tensor, weight
-from .rewrite import BIT_IDENTICAL, Rule, check_exactness, rewrite
+from ..graph.walk import topological_order
 
 #: The classes the lossless route pass (``opt='routes'``) and the lossless variants admit.
 LOSSLESS_CLASSES = (BIT_IDENTICAL,)
@@ -117,7 +118,7 @@ class Route:
     """The registry entry of one bridge op.
 
     ``alt`` is the decomposer (node -> fused tensor) or None; ``loss_class`` (one of
-    :data:`~aneforge.optimizer.rewrite.EXACTNESS`, with its measured ``bound`` when it
+    :data:`~aneforge.graph.rewrite.EXACTNESS`, with its measured ``bound`` when it
     is ``"bounded"``) and ``evidence`` describe the alt; ``single_route`` ops carry
     their ``reason``.
     """
@@ -236,7 +237,6 @@ def select_routes(outputs, cost: Callable, admit=LOSSLESS_CLASSES):
     Returns the new outputs and one decision record per candidate node (with the alt's
     ``loss_class``). A graph without such nodes comes back as is.
     """
-    from ..compiler.compile import topological_order
 
     outs = list(outputs)
     decisions: list[dict] = []

@@ -10,7 +10,7 @@
   narrow accumulator and 4096 here); ``cumsum`` as ``x @ triu_ones`` (bit-identical: the
   ``cumsum`` kernel is that matmul).
 
-The classes (:data:`~aneforge.optimizer.rewrite.EXACTNESS`) are measured by
+The classes (:data:`~aneforge.graph.rewrite.EXACTNESS`) are measured by
 ``tests/optimizer/test_exactness.py``, which walks :data:`RULE_SETS`.
 
 Example:
@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..emulator.gemm import gemm_reference  # folded with the emulator's fp16 kernels
 from ..graph.fp16 import round_fp16
 from ..graph.registry import all_ops, get_op
+from ..graph.rewrite import BIT_IDENTICAL, EQUAL_OR_BETTER, LOSSY, Rule, rewrite
 from ..graph.tensor import Tensor, make, weight
-from .rewrite import BIT_IDENTICAL, EQUAL_OR_BETTER, LOSSY, Rule, rewrite
 
 # Constant subgraphs up to this many elements are folded (bigger ones stay weights
 # computed on the device, so folding never bloats the weight file).
@@ -156,7 +157,6 @@ def _const_fold(node):
         return None
     if node.size > CONST_FOLD_MAX_ELEMS:
         return None
-    from ..emulator.gemm import gemm_reference  # folded with the emulator's fp16 kernels
 
     value = get_op(node.op).emulate([s.value for s in node.srcs], node.attrs, gemm_reference)
     return weight(np.asarray(value, np.float16).reshape(node.shape))

@@ -32,40 +32,19 @@ Example:
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..compiler.program import Program
+from ..cost.estimate import estimate
+from ..devices import get_device
+from ..errors import OptionError
 from ..graph.hashing import structural_hash
 from ..graph.tensor import Tensor
+from . import variants as variant_lib
 from .cache import TuneCache
-
-DEFAULT_ATOL = 5e-3  # fp16 noise: rejects lossy variants unless the caller widens it
-# A lossy variant must be at least this much faster than the best lossless one.
-MIN_LOSSY_SPEEDUP = 1.10
+from .measure import DEFAULT_ATOL, MIN_LOSSY_SPEEDUP, device_id, relative_deviation, seeded_inputs
+from .precision_tune import tune_precision
 
 
-def _relative_deviation(outs, refs) -> float:
-    worst = 0.0
-    for o, r in zip(outs, refs):
-        o = np.asarray(o, np.float64)
-        r = np.asarray(r, np.float64)
-        scale = float(np.max(np.abs(r[np.isfinite(r)]), initial=0.0)) or 1.0
-        with np.errstate(invalid="ignore"):
-            diff = np.abs(o - r)
-        same_nonfinite = ~np.isfinite(r) & (o.view(np.uint64) == r.view(np.uint64))
-        diff = np.where(same_nonfinite, 0.0, diff)
-        if not np.all(np.isfinite(diff)):
-            return float("inf")
-        worst = max(worst, float(np.max(diff, initial=0.0)) / scale)
-    return worst
-
-
-def _device_id(dev) -> str:
-    """What identifies a device's timings in the cache: its name and settings."""
-    return getattr(dev, "cache_id", dev.name)
-
-
-def _from_cache(store, key, hit, outs, atol, dev, baseline_prog, feeds, variant_lib, build):
+def _from_cache(store, key, hit, outs, atol, dev, baseline_prog, feeds):
     """The program of cache entry ``hit`` if it passes this call's gate (module
     docstring, step 5), else None with one warning naming the entry and the reason.
     What is lossy is decided by the rebuilt variant, never by the entry's claims."""
@@ -86,11 +65,11 @@ def _from_cache(store, key, hit, outs, atol, dev, baseline_prog, feeds, variant_
         )
     else:
         variant = variant_lib.build_variant(outs, name)
-        prog = build(list(variant.outputs), opt=0)
+        prog = Program.from_outputs(variant.outputs)
         if not variant.lossless and not atol > DEFAULT_ATOL:
             problem = f"names {name!r}, which is not bit-identical on this graph, {lossless_only}"
         elif not variant.lossless:  # re-validated, never trusted
-            error = _relative_deviation(dev.run(prog, feeds), dev.run(baseline_prog, feeds))
+            error = relative_deviation(dev.run(prog, feeds), dev.run(baseline_prog, feeds))
             if not error <= atol:
                 problem = f"names {name!r}, whose error {error:.3g} now exceeds atol={atol!r}"
     if problem is not None:
@@ -105,11 +84,6 @@ def _from_cache(store, key, hit, outs, atol, dev, baseline_prog, feeds, variant_
         report["errors"] = {**hit.get("errors", {}), name: error}
     prog.tune_report = report
     return prog
-
-
-def _seeded_inputs(prog: Program, seed: int = 0) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(t.shape).astype(np.float16) for t in prog.inputs]
 
 
 def tune(
@@ -148,15 +122,7 @@ def tune(
         The chosen Program, with ``tune_report`` (variant, measured times, errors,
         whether it came from the cache). Deterministic for a deterministic device.
     """
-    from ..compiler.compile import build_program as compile_graph
-    from ..cost.estimate import estimate
-    from ..devices import get_device
-    from ..errors import OptionError
-    from . import variants as variant_lib
-
     if target_error is not None or allow_paired:
-        from .precision_tune import tune_precision
-
         if target_error is None:
             raise OptionError("tune: allow_paired=True needs target_error= (precision tuning)")
         defaults = (8, DEFAULT_ATOL, MIN_LOSSY_SPEEDUP, 1.5, True, None)
@@ -178,24 +144,23 @@ def tune(
         raise OptionError(f"tune: atol must be >= 0, got {atol!r}")
     outs = [out] if isinstance(out, Tensor) else list(out)
     dev = get_device(device)
-    baseline_prog = compile_graph(outs, opt=0)
+    baseline_prog = Program.from_outputs(outs)
     feeds = (
-        _seeded_inputs(baseline_prog)
+        seeded_inputs(baseline_prog)
         if inputs is None
         else baseline_prog.prepare_inputs(inputs if isinstance(inputs, (list, tuple)) else
                                           [inputs], {})
     )  # fmt: skip
     shapes = ";".join(str(t.shape) for t in baseline_prog.inputs)
     options = (
-        f"{shapes}|{_device_id(dev)}|atol={atol!r}|lossy={min_lossy_speedup!r}|"
+        f"{shapes}|{device_id(dev)}|atol={atol!r}|lossy={min_lossy_speedup!r}|"
         f"budget={budget}|prune={prune_factor!r}"
     )
     key = structural_hash(outs, extra=options)
     store = TuneCache(cache_dir) if cache else None
     hit = store.get(key) if store else None
     if hit is not None:
-        args = (outs, atol, dev, baseline_prog, feeds, variant_lib, compile_graph)
-        prog = _from_cache(store, key, hit, *args)
+        prog = _from_cache(store, key, hit, outs, atol, dev, baseline_prog, feeds)
         if prog is not None:
             return prog
 
@@ -213,9 +178,9 @@ def tune(
     reference = dev.run(baseline_prog, feeds)
     times, errors, programs = {}, {}, {}
     for name in kept:
-        prog = compile_graph(list(variants[name].outputs), opt=0)
+        prog = Program.from_outputs(variants[name].outputs)
         programs[name] = prog
-        errors[name] = _relative_deviation(dev.run(prog, feeds), reference)
+        errors[name] = relative_deviation(dev.run(prog, feeds), reference)
         times[name] = dev.measure(prog, feeds)
     valid = [n for n in kept if errors[n] <= atol]
     # Lossless variants equal the baseline by construction; one that failed validation
@@ -237,7 +202,7 @@ def tune(
         "pruned": sorted(set(variants) - set(kept)),
         "times_s": times,
         "errors": errors,
-        "device": _device_id(dev),
+        "device": device_id(dev),
     }
     if store:
         store.put(key, report)

@@ -41,11 +41,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..analysis.ranges import INT8_ACTIVATION_LIMIT, range_analysis
+from ..compression import compress_graph, quantize_graph_int8
+from ..cost.estimate import estimate
 from ..errors import OptionError
 from ..graph.hashing import structural_hash
+from ..graph.rewrite import BIT_IDENTICAL, rewrite, weakest
+from ..graph.rewrite import LOSSY as NO_CLAIM  # the exactness class (LOSSY here names variants)
 from ..graph.tensor import Tensor
-from .rewrite import BIT_IDENTICAL, rewrite, weakest
-from .rewrite import LOSSY as NO_CLAIM  # the exactness class (LOSSY here names variants)
+from .routes import route_rules, select_routes
+from .rules import CANONICAL
 
 LOSSLESS = ("native", "routes", "decomposed", "canonical")
 LOSSY = ("int8", "routes+int8")
@@ -55,7 +59,7 @@ COMPRESSED = ("int4", "auto")  # weight compression, accuracy-gated per weight
 @dataclass(frozen=True)
 class Variant:
     """One candidate lowering: ``exactness`` is the weakest class of the rules and
-    routes it applied (:data:`~aneforge.optimizer.rewrite.EXACTNESS`)."""
+    routes it applied (:data:`~aneforge.graph.rewrite.EXACTNESS`)."""
 
     name: str
     outputs: tuple[Tensor, ...]
@@ -70,10 +74,6 @@ class Variant:
 
 def build_variant(outputs, name: str) -> Variant:
     """Build variant ``name`` of the graph of ``outputs``."""
-    from ..cost.estimate import estimate
-    from ..numerics.compression import compress_graph, quantize_graph_int8
-    from .routes import route_rules, select_routes
-    from .rules import CANONICAL
 
     outs = list(outputs)
     base, _, suffix = name.partition("+")

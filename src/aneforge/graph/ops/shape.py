@@ -19,6 +19,7 @@ from ..registry import (
     is_integer,
     register,
 )
+from ..tensor import make
 from .common import norm_axes, norm_axis
 
 # Ops that only relabel a tensor's shape: the engine reads the same buffer, so the cost
@@ -327,7 +328,6 @@ def getitem(x, key):
     tensor) is refused with an :class:`~aneforge.errors.AttributeValueError`; gather
     takes a list of indices (:func:`aneforge.gather`).
     """
-    from ..tensor import make
 
     if not isinstance(key, tuple):
         key = (key,)

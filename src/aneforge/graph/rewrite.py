@@ -18,7 +18,7 @@ merge here: structurally equal nodes stay separate, each with its name.)
 
 Example:
     >>> import aneforge as af
-    >>> from aneforge.optimizer.rewrite import rewrite
+    >>> from aneforge.graph.rewrite import rewrite
     >>> from aneforge.optimizer.rules import CANONICAL
     >>> x = af.input((2, 3))
     >>> (out,), report = rewrite([x.reshape((2, 3)) * 1.0], CANONICAL)
@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import OptionError
-from ..graph.naming import user_name
-from ..graph.tensor import Tensor, creation_mark, with_srcs
+from .naming import user_name
+from .tensor import Tensor, creation_mark, with_srcs
 
 # Rewriting one node more often than this means two rules undo each other.
 MAX_REWRITES_PER_NODE = 64

@@ -1,4 +1,5 @@
-"""``compile``: turn output tensors into a :class:`~aneforge.compiler.program.Program`.
+"""``compile``: the driver that turns output tensors into a
+:class:`~aneforge.compiler.program.Program` (the top of the compiler stack).
 
 The optimization levels (spec 000, "The optimizer and opt levels"):
 
@@ -13,7 +14,7 @@ The optimization levels (spec 000, "The optimizer and opt levels"):
 - ``2`` / ``'max'``: :func:`~aneforge.optimizer.tune.tune`, measured on the device.
 
 "Lossless" means bit-identical on the emulator (signed zeros included): the classes are
-data on the rules and routes (:data:`~aneforge.optimizer.rewrite.EXACTNESS`).
+data on the rules and routes (:data:`~aneforge.graph.rewrite.EXACTNESS`).
 
 One pipeline for every level: compression (``compress=``), then the level's own passes,
 then the shared checks, always in this order and recorded in ``prog.passes``: preflight
@@ -34,65 +35,29 @@ from __future__ import annotations
 import math
 import warnings
 
-from ..errors import (
+from .analysis.divergence import fp16_divergence
+from .analysis.precision import check_precision
+from .compiler.preflight import lower_below_floor, preflight, raise_if_blocked
+from .compiler.program import Program
+from .compression import COMPRESS_MODES, compress_graph, lossy_message
+from .cost.estimate import estimate, warn_if_floor_dominated
+from .emulator.chips import chip_numerics
+from .errors import (
     AneforgeWarning,
     CrossChipFP16Warning,
     OptionError,
     PreflightError,
     PreflightWarning,
 )
-from ..gcpause import paused_gc
-from ..graph.tensor import Tensor, check_name
-from ..optimizer.tune import MIN_LOSSY_SPEEDUP
-from .program import Program
+from .gcpause import paused_gc
+from .graph.tensor import check_name
+from .graph.walk import as_outputs
+from .optimizer.routes import select_routes
+from .optimizer.tune import MIN_LOSSY_SPEEDUP, tune
+from .optimizer.variants import build_variants
+from .targets.names import resolve_target
 
 OPT_LEVELS = ("routes", 0, 1, 2, "max")
-
-
-def topological_order(outputs) -> list[Tensor]:
-    """Every node reachable from ``outputs``, sources first, deterministic.
-
-    Iterative depth-first post-order over sources in argument order, so deep chains
-    do not hit Python's recursion limit.
-    """
-    order: list[Tensor] = []
-    seen: set[int] = set()
-    for root in outputs:
-        stack = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if expanded:
-                order.append(node)
-                continue
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            stack.append((node, True))
-            for src in reversed(node.srcs):
-                if id(src) not in seen:
-                    stack.append((src, False))
-    return order
-
-
-def build_program(outputs, opt=0) -> Program:
-    """A Program of ``outputs`` as they are (no passes, no warnings); for internal use."""
-    outs = tuple(outputs)
-    return Program(outs, topological_order(outs), opt=opt)
-
-
-def _as_outputs(outputs) -> tuple[Tensor, ...]:
-    if isinstance(outputs, Tensor):
-        outs: tuple = (outputs,)
-    elif isinstance(outputs, (list, tuple)):
-        outs = tuple(outputs)
-    else:
-        outs = ()
-    if not outs or not all(isinstance(t, Tensor) for t in outs):
-        raise OptionError(
-            "compile: outputs must be a Tensor or a non-empty list of Tensors, got "
-            f"{type(outputs).__name__}"
-        )
-    return outs
 
 
 def _output_names(outs, output_names) -> tuple:
@@ -119,9 +84,6 @@ def _pick_by_estimate(outs):
     """opt=1: the variant with the lowest estimate; a lossy one only when it is predicted
     at least ``MIN_LOSSY_SPEEDUP`` times faster than the best lossless one (the margin
     the tuner asks of a measured lossy variant)."""
-    from ..cost.estimate import estimate
-    from ..optimizer.variants import build_variants
-
     variants = build_variants(outs, lossy=True)
     order = list(variants)
     cost = {n: estimate(list(variants[n].outputs)) for n in order}
@@ -203,7 +165,7 @@ def compile(  # noqa: A001  (public API name)
         ['reshape', 'mul']
     """
     with paused_gc():  # the passes allocate many small objects (aneforge.gcpause)
-        outs = _as_outputs(outputs)
+        outs = as_outputs(outputs)
         names = _output_names(outs, output_names)
         if isinstance(opt, bool) or opt not in OPT_LEVELS:
             raise OptionError(f"compile: opt must be one of {OPT_LEVELS}, got {opt!r}")
@@ -212,9 +174,7 @@ def compile(  # noqa: A001  (public API name)
                 raise OptionError(f"compile: {label} must be True or False, got {flag!r}")
         tgt = None
         if target is not None:
-            from ..emulator.chips import resolve
-
-            tgt = resolve(target)
+            tgt = resolve_target(target)
         outs, compression = _compress(outs, compress, compress_atol, int8, tgt)
         # The opt level picks the passes; every level then ends with the same checks.
         outs, passes, tune_report = _optimize(outs, opt, tgt)
@@ -222,16 +182,13 @@ def compile(  # noqa: A001  (public API name)
         if tgt is not None and "preflight" not in passes:  # opt=2 preflights before tuning
             outs, found = _preflight(outs, tgt)
             passes.update(found)
-        prog = build_program(outs, 2 if opt == "max" else opt)
+        prog = Program.from_outputs(outs, 2 if opt == "max" else opt)
         prog.output_names = names
         prog.target = tgt
         prog.passes = passes
         prog.tune_report = tune_report
         if tgt is not None:
             _warn_divergence(prog)
-        from ..analysis.precision import check_precision
-        from ..cost.estimate import warn_if_floor_dominated
-
         warn_if_floor_dominated(prog)
         # PrecisionWarning once when the risk signal exceeds fp16 noise; strict/validate raise.
         check_precision(prog, strict=strict or validate)
@@ -249,9 +206,6 @@ def _optimize(outs, opt, tgt):
     if opt == 0:
         return outs, {}, None
     if opt == "routes":
-        from ..cost.estimate import estimate
-        from ..optimizer.routes import select_routes
-
         # With a target the routes are priced by that chip's analytic model.
         def cost(graph):
             if tgt is None:
@@ -266,8 +220,6 @@ def _optimize(outs, opt, tgt):
     if opt == 1:
         new, variant = _pick_by_estimate(list(outs))
         return tuple(new), {"variant": variant}, None
-    from ..optimizer.tune import tune
-
     passes: dict = {}
     if tgt is not None:
         outs, passes = _preflight(outs, tgt, stacklevel=4)
@@ -285,8 +237,6 @@ def _optimize(outs, opt, tgt):
 def _compress(outs, compress, atol, int8, tgt):
     """Apply ``compress`` (or the ``int8=True`` alias) to ``outs``, warning once when a
     choice is lossy or not streamed natively. Returns (outputs, passes entry)."""
-    from ..numerics.compression import COMPRESS_MODES, compress_graph, lossy_message
-
     if not isinstance(int8, bool):
         raise OptionError(f"compile: int8 must be True or False, got {int8!r}")
     # checked whether or not compress is given: a bad budget is never silently unused
@@ -316,8 +266,6 @@ def _preflight(outs, tgt, stacklevel=3):
     Returns (outputs, passes entry). ``stacklevel`` points the warning at the user's
     call (3: called from compile itself).
     """
-    from .preflight import lower_below_floor, preflight, raise_if_blocked
-
     report = preflight(list(outs), tgt)
     raise_if_blocked(report)
     if not report.violations:
@@ -342,9 +290,6 @@ def _warn_divergence(prog) -> None:
     rounding. The reduction route's reordering is last-bits noise against other chips and
     is left to ``af.fp16_divergence``, which also takes declared input bounds.
     """
-    from ..analysis.divergence import fp16_divergence
-    from ..emulator.chips import chip_numerics
-
     if chip_numerics(prog.target).crop_dma_limit is None:
         return
     report = fp16_divergence(prog, [prog.target])

@@ -19,7 +19,7 @@ run on the engine, with no special case.
 
 Example:
     >>> import numpy as np
-    >>> from aneforge.numerics.compression.codecs import encode, stream_bytes
+    >>> from aneforge.compression.codecs import encode, stream_bytes
     >>> enc = encode(np.arange(64.0).reshape(8, 8), "int4", axis=0)
     >>> stream_bytes("int4", (8, 8))
     64
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...graph.fp16 import round_fp16
+from ..graph.fp16 import round_fp16
 
 ENCODINGS = ("fp16", "int8", "int4", "sparse")
 LOSSY_ENCODINGS = ("int4", "int8")

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...graph.tensor import FrozenAttrs, Tensor
+from ..graph.rewrite import Rule, rewrite
+from ..graph.tensor import FrozenAttrs, Tensor
 from .codecs import (
     ENCODINGS,
     LOSSY_ENCODINGS,
@@ -119,8 +120,6 @@ def rewrite_contraction_weights(out, choose, name: str = "contraction_weights"):
     """Rewrite every fp16 contraction weight by ``choose(node, w, axis)`` (a Tensor or
     None to keep it); one decision per (weight, axis), so shared weights stay shared.
     Returns the new output(s), in the structure given."""
-    from ...optimizer.rewrite import Rule, rewrite
-
     memo: dict[tuple[int, int], Tensor | None] = {}
     keep: list[Tensor] = []  # keeps memo keys' objects alive, so ids stay unique
 

@@ -5,7 +5,7 @@ target) on the emulator against float64; the tests hold the proxy to a subset.
 
 Example:
     >>> import aneforge as af
-    >>> from aneforge.analysis.calibration_grid import GRAPHS
+    >>> from aneforge.testing.calibration_grid import GRAPHS
     >>> GRAPHS["sum"](af.input((2, 8))).shape
     (2,)
 """

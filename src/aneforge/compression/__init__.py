@@ -3,7 +3,7 @@
 An encoded weight is still a ``weight`` node whose ``value`` holds the values the device
 decodes at load time (fp16); its ``attrs["encoding"]`` tells the cost model how many
 bytes it streams. The emulator therefore runs compressed programs with no special case.
-:mod:`.codecs` has the encodings and their exact byte counts, :mod:`.graph` the passes
+:mod:`.codecs` has the encodings and their exact byte counts, :mod:`.weights` the passes
 (``compile(compress=...)``, the whole-graph int8 variant) and the accuracy gate.
 See docs/compression.md.
 
@@ -12,7 +12,7 @@ int8: per output channel c, ``scale_c = max|w_c| / 127`` (rounded to fp16),
 
 Example:
     >>> import numpy as np, aneforge as af
-    >>> from aneforge.numerics.compression import quantize_graph_int8
+    >>> from aneforge.compression import quantize_graph_int8
     >>> x = af.input((2, 8))
     >>> y = quantize_graph_int8(x @ np.linspace(-1, 1, 32).reshape(8, 4))
     >>> y.srcs[1].attrs["encoding"]
@@ -38,7 +38,7 @@ from .codecs import (
     stream_bytes,
     zero_fraction,
 )
-from .graph import (
+from .weights import (
     COMPRESS_MODES,
     CONV_TRANSPOSE_AXIS,
     DEFAULT_COMPRESS_ATOL,
