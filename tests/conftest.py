@@ -104,3 +104,39 @@ def run_python_with_env(script: str, env: dict) -> None:
         [sys.executable, "-c", script], env=full_env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite tests/golden/**/*.txt from what the printers give now",
+    )
+
+
+@pytest.fixture
+def golden(request):
+    """``golden(path, text)``: ``text`` must equal ``tests/golden/<path>``; with
+    ``pytest --update-golden`` the file is (re)written instead. Review the diff of an
+    update like any code change: the files are the printers' contract."""
+    update = request.config.getoption("--update-golden")
+
+    def check(path: str, text: str) -> None:
+        file = GOLDEN / path
+        text = text.rstrip("\n") + "\n"
+        if update:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_text(text, encoding="utf-8")
+            return
+        assert file.exists(), f"no golden file {file}; run pytest --update-golden"
+        want = file.read_text(encoding="utf-8")
+        assert text == want, (
+            f"{path} changed (pytest --update-golden rewrites it):\n--- golden\n{want}"
+            f"--- now\n{text}"
+        )
+
+    return check
