@@ -45,9 +45,7 @@ except ImportError:  # running from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import aneforge as af
 
-import json
 import warnings
-from importlib import resources
 
 from aneforge.compiler.program import Program
 from aneforge.cost.silicon import (
@@ -59,6 +57,7 @@ from aneforge.cost.silicon import (
     load_rows,
 )
 from aneforge.cost.spec_baseline import spec_estimate_us
+from aneforge.data import load
 from aneforge.errors import PreflightError
 from aneforge.models.zoo import build
 from aneforge.targets.names import resolve_target
@@ -114,14 +113,14 @@ def summarize(model, spec, prefix: str) -> list[str]:
 
 def kernel_cv() -> list[str]:
     """The stored leave-one-chip-out errors of the kernel rows (per chip and overall)."""
-    text = resources.files("aneforge.data").joinpath("analytic_model.json").read_text()
-    cv = json.loads(text)["errors"].get("leave_one_chip_out")
+    stored = load("analytic_model.json")
+    cv = stored["errors"].get("leave_one_chip_out")
     if not cv:
         print("no stored cross-validation: run python scripts/fit_analytic.py --cv --write")
         return []
     print("\nKernel rows, leave-one-chip-out (stored by scripts/fit_analytic.py --cv; each")
     print("benchmark harness's rows compared through its fitted factor):")
-    for name, factor in json.loads(text).get("harness_factors", {}).items():
+    for name, factor in stored.get("harness_factors", {}).items():
         print(f"  harness {name}: measured / reference-method time = {factor:.3f}")
     for chip, e in sorted(cv["chips"].items()):
         print(f"  {chip:<10} {e['arch']:>5} rows {e['rows']:3d}  geo {e['geomean_error']:.2f}x"

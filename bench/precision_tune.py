@@ -33,7 +33,7 @@ from aneforge.optimizer.precision_tune import tune_precision
 def _cases():
     rng = np.random.default_rng(0)
     x = af.input((8, 4096), name="x")
-    yield "long_sum", x.sum(axes=-1), 1e-3, False
+    yield "long_sum", x.sum(axis=-1), 1e-3, False
     x = af.input((1, 4096), name="x")
     gemv = x @ (rng.standard_normal((4096, 2048)) * 0.02)
     yield "gemv_loose", gemv, 0.05, False

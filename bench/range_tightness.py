@@ -94,12 +94,12 @@ def op_case(name: str, rng):
     cases = {
         "matmul": lambda: x @ _he(rng, 32, 16).astype(np.float32),
         "linear": lambda: af.linear(x, _he(rng, 16, 32), rng.standard_normal(16) * 0.1),
-        "conv": lambda: af.conv(img, _he(rng, 8, 8, 3, 3), pad=1),
+        "conv": lambda: af.conv(img, _he(rng, 8, 8, 3, 3), padding=1),
         "conv_transpose": lambda: af.conv_transpose(img, _he(rng, 8, 4, 2, 2), stride=2),
-        "sum": lambda: af.sum(x, axes=-1),
-        "mean": lambda: af.mean(x, axes=-1),
-        "amax": lambda: af.amax(x, axes=-1),
-        "amin": lambda: af.amin(x, axes=-1),
+        "sum": lambda: af.sum(x, axis=-1),
+        "mean": lambda: af.mean(x, axis=-1),
+        "amax": lambda: af.amax(x, axis=-1),
+        "amin": lambda: af.amin(x, axis=-1),
         "softmax": lambda: af.softmax(x * 2.0, axis=-1),
         "cumsum": lambda: af.cumsum(x),
         "layer_norm": lambda: af.layer_norm(x, near(32, 1, 0.1), near(32, 0, 0.1)),
@@ -110,7 +110,7 @@ def op_case(name: str, rng):
             img, near(8, 0, 0.1), 0.5 + rng.random(8), near(8, 1, 0.1), near(8, 0, 0.1)
         ),
         "max_pool": lambda: af.max_pool(img, 2, stride=2),
-        "avg_pool": lambda: af.avg_pool(img, 3, stride=1, pad=1),
+        "avg_pool": lambda: af.avg_pool(img, 3, stride=1, padding=1),
         "upsample": lambda: af.upsample(img, 2, mode="bilinear"),
     }  # fmt: skip
     if name == "bmm":

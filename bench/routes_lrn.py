@@ -34,7 +34,7 @@ def main() -> int:
     rng = np.random.default_rng(0)
     x = af.input((1, 16, 32, 32), name="x")
     w = rng.standard_normal((16, 16, 3, 3)) * 0.1
-    y = af.lrn(af.conv(x, w, pad=1), size=5).relu()
+    y = af.lrn(af.conv(x, w, padding=1), size=5).relu()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", af.DispatchFloorWarning)
         native, routed = af.compile(y, opt=0), af.compile(y)

@@ -92,7 +92,7 @@ def corpus_graph(group: str, r: dict):
     if group == "conv":
         c, k = r["C"], r["k"]
         x = af.input((1, c, r["H"], r["H"]))
-        return af.conv(x, np.zeros((c, c, k, k), np.float16), stride=r["stride"], pad=k // 2)
+        return af.conv(x, np.zeros((c, c, k, k), np.float16), stride=r["stride"], padding=k // 2)
     x = af.input(tuple(r["shape"]))
     op = r["label"].split()[0]
     if op in ("max_pool", "avg_pool"):

@@ -43,14 +43,14 @@ def test_divergence_report(golden):
 
 def test_preflight_report(golden):
     x = af.input((1, 4, 8, 8), name="x")
-    y = flatten(lrn(af.conv(x, np.ones((4, 4, 3, 3)) * 0.1, pad=1).sin()))
+    y = flatten(lrn(af.conv(x, np.ones((4, 4, 3, 3)) * 0.1, padding=1).sin()))
     for target in ("M1", "A15"):
         golden(f"preflight/{target}.txt", str(af.preflight(y, target)))
 
 
 def test_program_summary(golden):
     x = af.input((1, 4, 8, 8), name="x")
-    y = flatten(lrn(af.conv(x, np.ones((4, 4, 3, 3)) * 0.1, pad=1).relu(name="act")))
+    y = flatten(lrn(af.conv(x, np.ones((4, 4, 3, 3)) * 0.1, padding=1).relu(name="act")))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         prog = af.compile(y, opt=0)

@@ -26,8 +26,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "aneforge"
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
-        "errors _version gcpause tables data",
-        "limits",
+        "errors _version gcpause tables",
+        "data limits",
         "graph",
         "targets",
         "compression",

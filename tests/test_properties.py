@@ -364,15 +364,15 @@ def build_conv(ctx, x, transpose=False):
     per_group = ctx.draw(st.integers(1, 2))
     kw = dict(
         stride=ctx.draw(st.integers(1, 2)),
-        pad=ctx.draw(st.integers(0, 1)),
+        padding=ctx.draw(st.integers(0, 1)),
         dilation=ctx.draw(st.integers(1, 2)),
         groups=groups,
     )
     # largest kernel that fits: dilation * (k - 1) <= size + 2 pad - 1
-    fit = [max(1, min(3, (n + 2 * kw["pad"] - 1) // kw["dilation"] + 1)) for n in spatial]
+    fit = [max(1, min(3, (n + 2 * kw["padding"] - 1) // kw["dilation"] + 1)) for n in spatial]
     kern = tuple(ctx.draw(st.integers(1, 3 if ctx.coin(4) else f)) for f in fit[:nd])
     if ctx.coin(6):
-        kw["pad"] = ctx.draw(st.sampled_from([-1, (1, 2, 3), (0, 1, 1, 0)]))
+        kw["padding"] = ctx.draw(st.sampled_from([-1, (1, 2, 3), (0, 1, 1, 0)]))
     cg = max(cin // groups, 1)
     k_terms = cg * int(np.prod(kern))
     if transpose:
@@ -410,7 +410,7 @@ def draw_axes(ctx, x):
 def build_reduce(ctx, x, name):
     axes = draw_axes(ctx, x)
     keepdims = ctx.draw(st.booleans())
-    y = getattr(af, name)(x, axes=axes, keepdims=keepdims)
+    y = getattr(af, name)(x, axis=axes, keepdims=keepdims)
     norm = range(x.ndim) if axes is None else {a % x.ndim for a in axes}
     k = int(np.prod([x.shape[a] for a in norm], dtype=np.int64))
 
@@ -462,11 +462,13 @@ def build_pool(ctx, x, name):
     kern = [ctx.draw(st.integers(pad + 1, max(pad + 1, min(3, n + 2 * pad)))) for n in spatial]
     if any(k > n + 2 * pad for k, n in zip(kern, spatial)) and not ctx.coin(4):
         kern, pad = [1] * len(spatial), 0
-    kw = dict(kernel=tuple(kern[:nd]), stride=ctx.draw(st.sampled_from([None, 1, 2])), pad=pad)
+    kw = dict(
+        kernel_size=tuple(kern[:nd]), stride=ctx.draw(st.sampled_from([None, 1, 2])), padding=pad
+    )
     if name == "avg_pool":
         kw["count_include_pad"] = ctx.draw(st.booleans())
     y = getattr(af, name)(x, **kw)
-    kw_size = int(np.prod(kw["kernel"]))
+    kw_size = int(np.prod(kw["kernel_size"]))
 
     def rule(e, v, out):
         if name == "max_pool":
@@ -818,7 +820,7 @@ def contractions(draw):
     if kind == "conv":
         x = af.input((1, draw(st.integers(1, 12)), min(m, 9) + 2, 6), name="img")
         w = wild_values(rng, (n, x.shape[1], 3, 3))
-        y = af.conv(x, np.nan_to_num(w, posinf=65504, neginf=-65504), pad=1)
+        y = af.conv(x, np.nan_to_num(w, posinf=65504, neginf=-65504), padding=1)
     else:
         batch = draw(st.sampled_from([(), (2,), (2, 1), (3,)]))
         x = af.input(batch + (m, k), name="a")

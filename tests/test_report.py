@@ -34,7 +34,7 @@ STALLED_SUM = 0.1
 @pytest.fixture(scope="module")
 def program():
     x = af.input((1, 64, 16, 16), name="x")
-    return Program.from_outputs([af.conv(x, np.zeros((64, 64, 3, 3)), pad=1).relu()])
+    return Program.from_outputs([af.conv(x, np.zeros((64, 64, 3, 3)), padding=1).relu()])
 
 
 @pytest.fixture(scope="module")

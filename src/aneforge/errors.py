@@ -67,6 +67,12 @@ class FileReadError(AneforgeError, OSError):
     larger than the limit for its kind."""
 
 
+class BundledDataError(AneforgeError, RuntimeError):
+    """A data file shipped inside aneforge (``aneforge/data``) is missing or malformed:
+    the installation is broken, not the call; reinstall aneforge or rerun the script
+    that writes the file."""
+
+
 class AneforgeWarning(UserWarning):
     """Base class of aneforge's warnings."""
 

@@ -15,6 +15,7 @@ import pytest
 
 import aneforge as af
 from aneforge.analysis.divergence import CLASSES, fp16_divergence, narrow_terms
+from aneforge.emulator.chips import CROP_DMA_LIMIT
 from aneforge.emulator.interpreter import execute_fp16
 from aneforge.errors import CrossChipFP16Warning, PreflightError
 from aneforge.graph.ops.bridge import cost_volume, input_view, sdpa
@@ -45,7 +46,7 @@ def g_elementwise():
 
 def g_contractions():
     x = af.input((2, 3, 12, 12))
-    c = af.conv(x, np.full((4, 3, 3, 3), 0.1), pad=1)
+    c = af.conv(x, np.full((4, 3, 3, 3), 0.1), padding=1)
     f = af.reshape(c, (2, 576))
     return [af.linear(f, np.full((5, 576), 0.01)), af.cumsum(f)], [(2, 3, 12, 12)]
 
@@ -298,3 +299,21 @@ def test_compile_warns_only_for_the_crop_dma_hazard_on_its_own_target():
         with warnings.catch_warnings():
             warnings.simplefilter("error", CrossChipFP16Warning)
             af.compile(out, target=target)
+
+
+def test_lrn_is_bounded_so_its_width_offset_slice_is_not_a_false_saturation():
+    # The house review (issue 14) found lrn without a bound rule, so a width-offset slice
+    # of it was reported as saturating. Its record's range rule now bounds it: with the
+    # input bounded by 1, and even unbounded (x / (bias + alpha/size * ss)**beta stays
+    # finite), the slice cannot pass the crop-DMA's 4094.
+    z = af.input((1, 8, 4, 4), name="z")
+    y = af.lrn(z)[..., 1:]
+    for bounds in ({"z": 1.0}, None):
+        rep = fp16_divergence(y, ["M1"], input_bounds=bounds)
+        assert rep.worst == "none", bounds
+        assert rep.entries[0].op == "lrn" and rep.entries[0].bound <= CROP_DMA_LIMIT
+    bound = fp16_divergence(y, ["M1"]).entries[0].bound
+    rng = np.random.default_rng(3)
+    for scale in (1.0, 1e2, 6e4):  # the emulated lrn stays within the reported bound
+        out = af.compile(af.lrn(z), opt=0, target="M1")(rng.standard_normal(z.shape) * scale)
+        assert np.nanmax(np.abs(out)) <= bound

@@ -189,7 +189,7 @@ def test_multi_axis_sums_count_every_reduced_term():
     assert not precision_risk(x.sum(1)).nodes  # 20 terms
 
 
-NONNEGATIVE = sorted(n for n, op in all_ops().items() if "nonnegative" in op.flags)
+NONNEGATIVE = sorted(n for n, op in all_ops().items() if op.always_nonnegative)
 
 
 def _producer(name, x):
@@ -266,7 +266,7 @@ def test_same_sign_sums_become_hotspots_once_their_run_drifts():
         (lambda x: af.layer_norm(x), 2048),
         (lambda x: af.rms_norm(x), 2048),
         (lambda x: af.l2_norm(x), 2048),
-        (lambda x: af.group_norm(x.reshape((2, 8, 16, 16)), groups=1), 2048),
+        (lambda x: af.group_norm(x.reshape((2, 8, 16, 16)), num_groups=1), 2048),
     ],
 )
 def test_softmax_and_norm_sums_count_as_same_sign(build, terms):
@@ -278,9 +278,9 @@ def test_softmax_and_norm_sums_count_as_same_sign(build, terms):
 
 def test_avg_pool_windows_are_narrow_sums():
     x = af.input((1, 2, 40, 40))
-    (node,) = precision_risk(af.avg_pool(x, kernel=17)).hotspots
+    (node,) = precision_risk(af.avg_pool(x, kernel_size=17)).hotspots
     assert node.terms == 289 and "possibly-signed" in node.detail
-    assert not precision_risk(af.avg_pool(x, kernel=16), verbose=True).nodes
+    assert not precision_risk(af.avg_pool(x, kernel_size=16), verbose=True).nodes
 
 
 # ---- routes ----------------------------------------------------------------------------
@@ -324,7 +324,7 @@ def test_a_sequential_run_under_the_route_is_still_flagged():
     ],
 )
 def test_group_norm_past_the_axis_limit_is_a_cliff(shape, groups, longest):
-    rep = precision_risk(af.group_norm(af.input(shape), groups=groups))
+    rep = precision_risk(af.group_norm(af.input(shape), num_groups=groups))
     (cliff,) = [e for e in rep.hotspots if e.mode == "compile_cliff"]
     assert cliff.terms == longest and cliff.proxy == 1.0 and rep.signal == 1.0
     assert "65536" in cliff.detail
@@ -336,7 +336,7 @@ def test_group_norm_past_the_axis_limit_is_a_cliff(shape, groups, longest):
 )
 def test_group_norm_within_the_axis_limit_is_no_cliff(shape, groups):
     assert _GROUP_NORM_AXIS_LIMIT == 65536
-    rep = precision_risk(af.group_norm(af.input(shape), groups=groups), verbose=True)
+    rep = precision_risk(af.group_norm(af.input(shape), num_groups=groups), verbose=True)
     assert not rep.by_mode("compile_cliff")
 
 

@@ -39,7 +39,7 @@ def _names(prog):
 
 def _conv_relu():
     x = af.input((1, 3, 8, 8), name="image")
-    c = af.conv(x, R.standard_normal((4, 3, 3, 3)) * 0.3, pad=1, name="conv1")
+    c = af.conv(x, R.standard_normal((4, 3, 3, 3)) * 0.3, padding=1, name="conv1")
     return af.relu(c, name="relu1")
 
 
@@ -94,7 +94,7 @@ def test_a_decomposed_bridge_node_hands_its_name_to_the_node_computing_its_value
 
 def test_rewrites_keep_names_of_rebuilt_and_replaced_nodes():
     x = af.input((4, 8), name="x")
-    s = af.sum(af.exp(x, name="e"), axes=1, name="total")
+    s = af.sum(af.exp(x, name="e"), axis=1, name="total")
     (out,), report = rewrite([s], REDUCE_TO_MATMUL)
     assert report.matches == {"reduce_sum_to_matmul": 1}
     assert out.op == "reshape" and out.name == "total"  # the new last node takes the name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import re
 
@@ -9,9 +10,11 @@ import numpy as np
 import pytest
 
 import aneforge as af
+from aneforge.compiler.program import NO_PASSES, PassRecord, PassReport, Program
 
-# the module (af.devices is the function of the same name)
+# the modules (af.devices and aneforge.cost.estimate are also functions of the same name)
 devices_module = importlib.import_module("aneforge.devices")
+estimate_module = importlib.import_module("aneforge.cost.estimate")
 
 F16 = np.float16
 
@@ -119,7 +122,7 @@ def test_flops_of_each_contraction():
     assert af.compile(af.bmm(a, b)).flops == 2 * 8 * (4 * 2 * 3)
     assert af.compile(af.linear(x, np.ones((4, 8)), np.zeros(4))).flops == 2 * 8 * (2 * 4)
     img = af.input((1, 3, 8, 8), name="img")
-    conv = af.conv(img, np.ones((4, 3, 3, 3)), pad=1)
+    conv = af.conv(img, np.ones((4, 3, 3, 3)), padding=1)
     assert af.compile(conv).flops == 2 * (3 * 3 * 3) * (1 * 4 * 8 * 8)
     grouped = af.conv(af.input((1, 4, 8, 8)), np.ones((6, 2, 3, 3)), groups=2)
     assert af.compile(grouped).flops == 2 * (2 * 3 * 3) * (1 * 6 * 6 * 6)
@@ -310,6 +313,97 @@ def test_bad_inputs_raise_input_errors(args, kwargs, error, match):
     y = af.input((2,), name="y")
     with pytest.raises(error, match=match):
         af.compile(x + y)(*args, **kwargs)
+
+
+def test_inputs_as_one_dict_by_name():
+    # issue 14, point 8: prog({"x": a}) raised a misleading DTypeError
+    x = af.input((2,), name="x")
+    y = af.input((2,), name="y")
+    prog = af.compile((x - y).named("d"))
+    feeds = {"y": np.ones(2), "x": np.full(2, 3.0)}
+    np.testing.assert_array_equal(prog(feeds), prog(**feeds))
+    np.testing.assert_array_equal(prog({"x": np.full(2, 3.0)}, y=np.ones(2)), [2.0, 2.0])
+    (raw,) = prog.run(feeds)
+    assert raw.dtype == F16
+    assert prog.trace(feeds)["d"].n_inf == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        (({"x": np.ones(2), "z": np.ones(2)},), {}, r"dict name 'z', which no input has.*'x', 'y'"),
+        (({"x": np.ones(2), 0: np.ones(2)},), {}, "dict name 0"),
+        (({"x": np.ones(2)},), {"x": np.ones(2)}, "both in the dict and by name"),
+        (({"x": np.ones(2)},), {}, "missing input.*'y'"),
+        ((np.ones(2), {"y": np.ones(2)}), {}, "a dict of inputs by name must be the only"),
+    ],
+)
+def test_a_bad_dict_of_inputs_is_an_input_error(args, kwargs, match):
+    x = af.input((2,), name="x")
+    y = af.input((2,), name="y")
+    with pytest.raises(af.InputError, match=match):
+        af.compile(x + y)(*args, **kwargs)
+
+
+# ---- a frozen Program ----------------------------------------------------------------------
+
+
+def test_a_program_is_immutable():
+    x = af.input((2,), name="x")
+    prog = af.compile((x + 1.0).relu(), target="M1")
+    for field, value in [("opt", 2), ("target", None), ("passes", {}), ("tune_report", {}),
+                         ("output_names", ("a",)), ("nodes", []), ("report", None)]:  # fmt: skip
+        with pytest.raises(AttributeError):
+            setattr(prog, field, value)
+    with pytest.raises(TypeError):
+        prog.passes["precision"] = {}  # a read-only view of the pass report
+    assert isinstance(prog.nodes, tuple) and isinstance(prog.inputs, tuple)
+    assert all(isinstance(d, tuple) for d in prog.dead_after)
+    assert prog.regions is prog.regions  # derived views are computed once
+
+
+def test_replace_copies_a_program_sharing_its_graph():
+    x = af.input((2,), name="x")
+    prog = af.compile(x.exp() + x)
+    regions = prog.regions
+    tuned = prog.replace(opt=2, output_names=("sum",))
+    assert (prog.opt, tuned.opt) == ("routes", 2) and tuned.output_names == ("sum",)
+    assert tuned.nodes is prog.nodes and tuned.regions is regions
+    assert tuned.report is prog.report and prog.output_names == (None,)
+    with pytest.raises(af.OptionError, match="cannot change nodes"):
+        prog.replace(nodes=())
+    with pytest.raises(af.OptionError, match="2 output name"):
+        prog.replace(output_names=("a", "b"))
+    with pytest.raises(af.OptionError, match="PassReport"):
+        prog.replace(report={})
+
+
+def test_the_pass_report_is_given_at_construction():
+    x = af.input((2,), name="x")
+    bare = Program.from_outputs([x.relu()])
+    assert bare.report is NO_PASSES and dict(bare.passes) == {} and bare.tune_report is None
+    report = PassReport("demo", (PassRecord("route::select", {"routes": []}),
+                                 PassRecord("check::precision", {"precision": {"a": 1}}),
+                                 PassRecord("check::precision", {"precision": {"a": 2}})),
+                        tune={"variant": "native"})  # fmt: skip
+    prog = Program.from_outputs([x.relu()], opt=2, report=report)
+    assert prog.report.ran == ("route::select", "check::precision", "check::precision")
+    assert dict(prog.passes) == {"routes": [], "precision": {"a": 2}}  # later entries win
+    assert prog.tune_report == {"variant": "native"}
+    with pytest.raises(af.OptionError, match="PassReport"):
+        Program.from_outputs([x.relu()], report={"routes": []})
+
+
+def test_the_estimate_memo_lives_outside_the_program():
+    x = af.input((64, 256), name="x")
+    prog = af.compile(x.relu())
+    first = af.estimate_breakdown(prog, target="M1")
+    assert af.estimate_breakdown(prog, target="M1") is first  # memoized per program
+    assert prog in estimate_module._ESTIMATES and "_estimates" not in vars(prog)
+    before = len(estimate_module._ESTIMATES)
+    del prog
+    gc.collect()
+    assert len(estimate_module._ESTIMATES) == before - 1  # dropped with the program
 
 
 # ---- compile options ---------------------------------------------------------------------

@@ -11,7 +11,7 @@ from aneforge.graph.registry import get_op
 
 
 def _conv(x, rng, cout=8):
-    return af.conv(x, rng.standard_normal((cout, x.shape[1], 3, 3)) * 0.3, pad=1)
+    return af.conv(x, rng.standard_normal((cout, x.shape[1], 3, 3)) * 0.3, padding=1)
 
 
 def _layout(prog):

@@ -55,7 +55,7 @@ def test_spec_baseline_reproduces_its_known_m1_gemv_miss():
 @pytest.mark.parametrize("arch", [t.arch for t in all_targets()])
 def test_every_target_that_compiles_gets_a_finite_positive_estimate(arch):
     x = af.input((1, 64, 32, 32))
-    y = af.conv(x, np.zeros((64, 64, 3, 3)), pad=1).relu()
+    y = af.conv(x, np.zeros((64, 64, 3, 3)), padding=1).relu()
     if get_target(arch).family == 1:  # no MIL path: no latency, the preflight's reason
         with pytest.raises(PreflightError, match="family 1"):
             af.estimate(y, target=arch)

@@ -1,5 +1,5 @@
-"""Calibration: scripts/fit_cost_model.py reproduces the bundled constants; defaults apply
-when the bundled file is missing or unreadable."""
+"""Calibration: scripts/fit_cost_model.py reproduces the bundled constants; a missing or
+unreadable bundled file is an install error (BundledDataError), never silently replaced."""
 
 from __future__ import annotations
 
@@ -7,16 +7,19 @@ import functools
 import hashlib
 import importlib.util
 import json
+import re
 import warnings
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
-from aneforge.cost import bridge, calibration
-from aneforge.cost.calibration import DEFAULTS, Constants, constants
+from aneforge import data
+from aneforge.cost import calibration
+from aneforge.cost.calibration import constants
 from aneforge.cost.silicon import load_model_rows
-from aneforge.errors import AneforgeWarning
+from aneforge.data import parse
+from aneforge.errors import BundledDataError
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "fit_cost_model.py"
@@ -134,80 +137,59 @@ def test_cut_is_the_smallest_bridge_latency(bundled):
     assert len(mins) == 69
 
 
-# ---- the documented defaults -------------------------------------------------------------------
-
-
-def test_defaults_are_the_spec_mid_values():
-    assert DEFAULTS["cut_us"] == 200.0
-    assert DEFAULTS["bw_bytes_per_us"] == 1.1e5
-    assert DEFAULTS["flops_per_us"] == 1.45e7
-    assert DEFAULTS["floor_us"] > 0
-
-
-class _FakeFiles:
-    def __init__(self, error=None, text=None):
-        self.error, self.text = error, text
-
-    def joinpath(self, name):
-        assert name == "cost_model.json"
-        return self
-
-    def read_text(self, *args, **kwargs):
-        if self.error is not None:
-            raise self.error
-        return self.text
-
-
-@pytest.fixture
-def fake_bundle(monkeypatch):
-    """Replace the bundled file for ``constants()``; restore the caches afterwards."""
-
-    def install(**kwargs):
-        fake = _FakeFiles(**kwargs)
-
-        class _Resources:
-            @staticmethod
-            def files(package):
-                assert package == "aneforge.data"
-                return fake
-
-        monkeypatch.setattr(calibration, "resources", _Resources)
-        calibration.constants.cache_clear()
-
-    yield install
-    monkeypatch.undo()
-    calibration.constants.cache_clear()
-    bridge._table.cache_clear()
-
-
-def test_defaults_apply_when_the_bundled_file_is_missing(fake_bundle):
-    fake_bundle(error=FileNotFoundError("cost_model.json"))
-    c = constants()
-    assert c == Constants(**DEFAULTS)
-    assert c.bridge_ops == () and c.source == "defaults (spec 000)"
+# ---- a broken bundle is an install error ------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "why"),
     [
-        "{ not json",
-        json.dumps({"floor_us": 63.3}),
-        json.dumps(
-            {"floor_us": 0.0, "cut_us": 1.0, "bw_bytes_per_us": 1.0, "flops_per_us": 1.0,
-             "bridge_ops": [], "_source": {"fitted_by": "x"}}
-        ),
+        ("{ not json", "is not valid JSON"),
+        (json.dumps({"floor_us": 63.3, "_source": {"fitted_by": "x"}}), "lacks the key"),
+        (json.dumps({"floor_us": 63.3}), "has no '_source' record"),
     ],
-)  # fmt: skip
-def test_an_unreadable_bundle_warns_and_uses_the_defaults(fake_bundle, text):
-    fake_bundle(text=text)
-    with pytest.warns(AneforgeWarning, match="unreadable"):
-        c = constants()
-    assert c == Constants(**DEFAULTS)
+)
+def test_an_unreadable_bundle_is_an_install_error(text, why):
+    with pytest.raises(BundledDataError, match=why) as info:
+        parse("cost_model.json", text)
+    assert "cost_model.json" in str(info.value) and "reinstall aneforge" in str(info.value)
+    assert "scripts/fit_cost_model.py" in str(info.value)
 
 
-def test_the_real_bundle_is_back_after_the_fake_ones(bundled):
-    assert constants().floor_us == bundled["floor_us"]
-    assert constants().cut_us == bundled["cut_us"] != DEFAULTS["cut_us"]
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"floor_us": 0.0}, "non-positive constants {'floor_us': 0.0}"),
+        ({"cut_us": "fast"}, "malformed entry"),
+        ({"bridge_ops": [{"family": "x"}]}, "malformed entry"),
+    ],
+)
+def test_a_bad_constant_is_an_install_error(bundled, change, why):
+    data = parse("cost_model.json", json.dumps({**bundled, **change}))
+    with pytest.raises(BundledDataError, match=re.escape(why)):
+        calibration.from_data(data)
+
+
+def test_a_missing_bundle_is_an_install_error(monkeypatch):
+    class _Missing:
+        def joinpath(self, name):
+            return self
+
+        def read_text(self, *args, **kwargs):
+            raise FileNotFoundError("cost_model.json")
+
+    monkeypatch.setattr(data.resources, "files", lambda package: _Missing())
+    with pytest.raises(BundledDataError, match="cost_model.json cannot be read"):
+        data.load.__wrapped__("cost_model.json")  # the uncached loader
+
+
+def test_the_bundle_is_read_once_and_read_only(bundled):
+    assert constants() is constants()
+    loaded = data.load("cost_model.json")
+    assert loaded is data.load("cost_model.json")
+    assert calibration.from_data(loaded) == constants()
+    with pytest.raises(TypeError):
+        loaded["floor_us"] = 1.0  # no reader can change what the next one sees
+    assert constants().cut_us == bundled["cut_us"]
 
 
 def test_the_copied_corpus_matches_the_shared_reference_when_present():

@@ -80,7 +80,7 @@ def test_matmul_by_hand(m, k, n, rng):
 
 
 def test_compute_weights_activations_and_overhead_bounds(rng):
-    big = af.conv(af.input((1, 512, 32, 32)), _w(rng, (512, 512, 3, 3)), pad=1)
+    big = af.conv(af.input((1, 512, 32, 32)), _w(rng, (512, 512, 3, 3)), padding=1)
     gemv = af.input((1, 4096)) @ _w(rng, (4096, 4096))
     wide = af.input((512, 4096)).relu()
     tiny = af.input((4,)).relu()
@@ -97,7 +97,7 @@ def test_compute_weights_activations_and_overhead_bounds(rng):
 
 def test_conv_with_bias_by_hand(rng):
     x = af.input((1, 512, 32, 32))
-    y = af.conv(x, _w(rng, (512, 512, 3, 3)), _w(rng, (512,)), pad=1)
+    y = af.conv(x, _w(rng, (512, 512, 3, 3)), _w(rng, (512,)), padding=1)
     flops = 2 * (512 * 9) * (512 * 32 * 32)
     t = _node(512 * 512 * 9 + 512, 2 * 512 * 32 * 32, flops)
     assert flops / C.flops_per_us > C.floor_us  # above the floor: the formula is visible
@@ -106,7 +106,7 @@ def test_conv_with_bias_by_hand(rng):
 
 def test_strided_grouped_conv_by_hand(rng):
     x = af.input((2, 64, 56, 56))
-    y = af.conv(x, _w(rng, (128, 16, 3, 3)), stride=2, pad=1, groups=4)
+    y = af.conv(x, _w(rng, (128, 16, 3, 3)), stride=2, padding=1, groups=4)
     out = 2 * 128 * 28 * 28
     t = _node(128 * 16 * 9, 2 * 64 * 56 * 56 + out, 2 * 16 * 9 * out)
     _close(af.estimate(y), _region([t]))
@@ -149,7 +149,7 @@ def test_no_program_is_priced_below_the_sum_of_its_compute_legs(rng):
     x = af.input((1, 64, 56, 56))
     h = x
     for _ in range(6):  # small convolutions, each far below the floor
-        h = af.conv(h, _w(rng, (64, 64, 3, 3)), pad=1).relu()
+        h = af.conv(h, _w(rng, (64, 64, 3, 3)), padding=1).relu()
     prog = af.compile(h, opt=0)
     compute = sum(node_flops(n) for n in prog.compute_nodes) / C.flops_per_us
     assert compute > C.floor_us
@@ -158,7 +158,7 @@ def test_no_program_is_priced_below_the_sum_of_its_compute_legs(rng):
 
 def test_a_graph_with_two_cuts_by_hand(rng):
     x = af.input((1, 4, 32, 32))
-    a = af.conv(x, _w(rng, (8, 4, 3, 3)), pad=1)  # region 0
+    a = af.conv(x, _w(rng, (8, 4, 3, 3)), padding=1)  # region 0
     b = lrn(a)  # cut 1: exactly the measured "lrn [8,32,32]"
     c = af.conv(b.relu(), _w(rng, (16, 8, 1, 1)))  # region 1
     d = flatten(c)  # cut 2: exactly the measured "flatten [16,32,32]"
@@ -199,7 +199,7 @@ def test_int8_encoded_weights_stream_one_byte_plus_channel_scales(rng):
 
 def test_int8_conv_scales_are_per_output_channel(rng):
     x = af.input((1, 64, 16, 16))
-    y = quantize_graph_int8(af.conv(x, _w(rng, (128, 64, 3, 3)), _w(rng, (128,)), pad=1))
+    y = quantize_graph_int8(af.conv(x, _w(rng, (128, 64, 3, 3)), _w(rng, (128,)), padding=1))
     w, b = y.srcs[1], y.srcs[2]
     assert w.attrs["channels"] == 128 and b.attrs.get("encoding", "fp16") == "fp16"
     nbytes = 64 * 256 * 2 + (128 * 64 * 9 + 2 * 128) + 128 * 2 + 128 * 256 * 2
@@ -246,8 +246,8 @@ def test_int8_is_never_predicted_slower(rng):
     x = af.input((1, 8, 16, 16))
     graphs = [
         x.relu(),
-        af.conv(x, _w(rng, (8, 8, 3, 3)), pad=1),
-        lrn(af.conv(x, _w(rng, (8, 8, 3, 3)), pad=1)),
+        af.conv(x, _w(rng, (8, 8, 3, 3)), padding=1),
+        lrn(af.conv(x, _w(rng, (8, 8, 3, 3)), padding=1)),
         af.reshape(x, (8, 256)) @ _w(rng, (256, 4096)),
     ]
     for y in graphs:
@@ -289,7 +289,7 @@ def test_estimate_accepts_tensors_lists_and_programs(rng):
 
 def test_breakdown_parts_add_up(rng):
     x = af.input((1, 8, 32, 32))
-    y = lrn(af.conv(x, _w(rng, (8, 8, 3, 3)), pad=1)).relu()
+    y = lrn(af.conv(x, _w(rng, (8, 8, 3, 3)), padding=1)).relu()
     est = estimate_breakdown(af.compile(y, opt=0))
     _close(est.total_us, est.floor_us + est.fused_us + est.cut_us)
     _close(est.floor_share, est.floor_us / est.total_us)
@@ -299,7 +299,7 @@ def test_breakdown_parts_add_up(rng):
 
 def test_estimate_is_deterministic(rng):
     x = af.input((1, 8, 32, 32))
-    y = lrn(af.conv(x, _w(rng, (8, 8, 3, 3)), pad=1)).relu()
+    y = lrn(af.conv(x, _w(rng, (8, 8, 3, 3)), padding=1)).relu()
     assert af.estimate(y) == af.estimate(y) == af.estimate(af.compile(y, opt=0))
 
 
@@ -322,7 +322,7 @@ def test_compile_warns_once():
 
 def test_compile_does_not_warn_on_a_compute_bound_graph(rng):
     x = af.input((1, 512, 32, 32))
-    y = af.conv(x, _w(rng, (512, 512, 3, 3)), pad=1)
+    y = af.conv(x, _w(rng, (512, 512, 3, 3)), padding=1)
     est = estimate_breakdown(y)
     assert est.floor_share < FLOOR_DOMINATED_SHARE and est.bound == "compute"
     with warnings.catch_warnings(record=True) as rec:

@@ -132,7 +132,7 @@ def test_per_layer_parts_add_up_on_both_paths():
 
 def test_a_target_the_program_cannot_compile_for_gives_no_latency():
     x = af.input((1, 64, 32, 32))
-    y = af.conv(x, np.zeros((64, 64, 3, 3)), pad=1)
+    y = af.conv(x, np.zeros((64, 64, 3, 3)), padding=1)
     with pytest.raises(PreflightError, match="family 1"):
         af.estimate(y, target="h11")
     with pytest.raises(PreflightError):

@@ -282,7 +282,7 @@ def test_the_matmul_limit_rounds_first_then_clamps():
 def mixed_graph():
     x = af.input((2, 3, 10, 40), name="x")
     s = af.input((4, 500), name="s")
-    c = af.conv(x, np.full((5, 3, 3, 3), 0.7), pad=1)
+    c = af.conv(x, np.full((5, 3, 3, 3), 0.7), padding=1)
     flat = af.reshape(c, (2, 5 * 10 * 40))
     lin = af.linear(flat[:, 7:507], np.random.default_rng(5).standard_normal((6, 500)))
     return [

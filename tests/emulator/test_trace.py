@@ -74,7 +74,7 @@ def test_trace_takes_inputs_like_a_call_and_uses_the_programs_target():
     # 8192 ones summed in fp16: the generic narrow sum stalls at 2048; the M1's reduction
     # route (runs of 192) keeps every partial sum exact and reaches 8192.
     x = af.input((1, 8192), name="x")
-    y = af.sum(x, axes=-1)
+    y = af.sum(x, axis=-1)
     feed = np.ones((1, 8192))
     on_m1 = af.compile(y, target="M1")
     generic = af.compile(y)

@@ -365,7 +365,7 @@ def test_conv2d(case, rng):
     x = fp16_values(rng, xs)
     w = fp16_values(rng, ws)
     b = fp16_values(rng, (ws[0],)) if has_bias else None
-    node = af.conv(af.input(xs), w, b, stride=stride, pad=pad, dilation=dil, groups=groups)
+    node = af.conv(af.input(xs), w, b, stride=stride, padding=pad, dilation=dil, groups=groups)
     exact, bound, contract = conv_reference(x, w, b, _pair(stride), _pads2(pad), _pair(dil), groups)
     assert node.shape == exact.shape
     got = run(node, x)
@@ -386,7 +386,7 @@ def test_conv1d(case, rng):
     x = fp16_values(rng, xs)
     w = fp16_values(rng, ws)
     b = fp16_values(rng, (ws[0],)) if has_bias else None
-    node = af.conv(af.input(xs), w, b, stride=stride, pad=pad, dilation=dil, groups=groups)
+    node = af.conv(af.input(xs), w, b, stride=stride, padding=pad, dilation=dil, groups=groups)
     p = (pad, pad) if isinstance(pad, int) else pad
     exact, bound, contract = conv_reference(
         x[:, :, None], w[:, :, None], b, (1, stride), ((0, 0), p), (1, dil), groups
@@ -403,7 +403,7 @@ def test_conv_identity_kernel_copies_the_input(rng):
     w = np.zeros((3, 3, 3, 3))
     for c in range(3):
         w[c, c, 1, 1] = 1.0
-    got = run(af.conv(af.input(x.shape), w, pad=1), x)
+    got = run(af.conv(af.input(x.shape), w, padding=1), x)
     np.testing.assert_array_equal(got, x)
 
 
@@ -430,7 +430,7 @@ def test_conv_transpose2d(case, rng):
         w,
         b,
         stride=stride,
-        pad=pad,
+        padding=pad,
         output_padding=opad,
         dilation=dil,
         groups=groups,
@@ -459,7 +459,7 @@ def test_conv_transpose1d(case, rng):
         w,
         b,
         stride=stride,
-        pad=pad,
+        padding=pad,
         output_padding=opad,
         dilation=dil,
         groups=groups,
@@ -478,7 +478,7 @@ def test_conv_transpose_is_the_adjoint_of_conv(rng):
     x = fp16_values(rng, (1, 2, 7, 6))
     y = fp16_values(rng, (1, 3, 3, 3))
     w = fp16_values(rng, (3, 2, 3, 2))
-    kw = dict(stride=2, pad=(1, 0, 0, 1), dilation=1)
+    kw = dict(stride=2, padding=(1, 0, 0, 1), dilation=1)
     cx = af.reference(af.conv(af.input(x.shape), w, **kw), x)
     assert cx.shape == y.shape
     ty = af.reference(af.conv_transpose(af.input(y.shape), w, output_padding=(1, 1), **kw), y)
@@ -500,7 +500,7 @@ def test_matmul_flops():
 
 def test_conv_flops():
     x = af.input((2, 8, 10, 10))
-    node = af.conv(x, np.zeros((16, 4, 3, 3)), stride=2, pad=1, groups=2)
+    node = af.conv(x, np.zeros((16, 4, 3, 3)), stride=2, padding=1, groups=2)
     assert node.shape == (2, 16, 5, 5)
     assert af.compile(node).flops == 2 * (8 // 2) * 3 * 3 * (2 * 16 * 5 * 5)
     x1 = af.input((1, 3, 20))

@@ -46,8 +46,8 @@ def test_name_lands_on_the_node_each_kind_of_function_returns():
         "clipped": af.clip(v, lo=0.0, name="clipped"),  # generated unary with attributes
         "plus": af.add(v, 1.0, name="plus"),  # generated binary
         "cmp": af.greater(v, 0.0, name="cmp"),  # generated comparison
-        "total": af.sum(v, axes=-1, name="total"),  # generated reduction
-        "conv1": af.conv(x, R.standard_normal((2, 4, 3, 3)), pad=1, name="conv1"),
+        "total": af.sum(v, axis=-1, name="total"),  # generated reduction
+        "conv1": af.conv(x, R.standard_normal((2, 4, 3, 3)), padding=1, name="conv1"),
         "fc": af.linear(v, np.zeros((3, 8)), np.zeros(3), name="fc"),
         "mm": af.matmul(v, np.ones((8, 2)), name="mm"),
         "ln": af.layer_norm(v, name="ln"),
@@ -134,11 +134,11 @@ def test_named_refuses_inputs_and_says_where_to_name_them():
 def test_layer_names_count_ops_keep_user_names_and_suffix_duplicates():
     x = af.input((1, 2, 8, 8), name="x")
     w = R.standard_normal((2, 2, 3, 3))
-    c0 = af.conv(x, w, pad=1)
+    c0 = af.conv(x, w, padding=1)
     r0 = c0.relu(name="fc1")
-    c1 = af.conv(r0, w, pad=1, name="stem")
+    c1 = af.conv(r0, w, padding=1, name="stem")
     r1 = c1.relu()
-    c2 = af.conv(r1, w, pad=1)
+    c2 = af.conv(r1, w, padding=1)
     dup = c2.relu(name="fc1")
     nodes = [n for n in topological_order([dup]) if n.op != "weight"]
     names = layer_names(nodes)

@@ -197,7 +197,7 @@ def case_conv(rng):
     else:
         w = wild_weight(rng, (cout, cin // g) + kern)
     bias = wild_weight(rng, (cout,)) if rng.random() < 0.4 else None
-    y = af.conv(x, w, bias, stride=stride, pad=pad, dilation=dil, groups=g)
+    y = af.conv(x, w, bias, stride=stride, padding=pad, dilation=dil, groups=g)
     return [y], ranges, {}
 
 
@@ -219,7 +219,7 @@ def case_conv_transpose(rng):
         w = wild_weight(rng, (cin, cout_g) + kern)
     bias = wild_weight(rng, (g * cout_g,)) if rng.random() < 0.4 else None
     y = af.conv_transpose(
-        x, w, bias, stride=stride, pad=pad, output_padding=opad, dilation=dil, groups=g
+        x, w, bias, stride=stride, padding=pad, output_padding=opad, dilation=dil, groups=g
     )
     return [y], ranges, {}
 
@@ -417,9 +417,9 @@ def test_conv_is_tight_and_pads_with_zero():
     rng = np.random.default_rng(3)
     x = af.input((1, 4, 8, 8), name="x")
     w = (rng.standard_normal((6, 4, 3, 3)) / 6).astype(np.float16)
-    y = af.conv(x, w, pad=1)
+    y = af.conv(x, w, padding=1)
     assert tightness(y, [x], {x: (-1.0, 1.0)}, rng, n=40) < 10
-    pos = af.conv(x, np.ones((1, 4, 3, 3)), pad=1)
+    pos = af.conv(x, np.ones((1, 4, 3, 3)), padding=1)
     iv = analyse([pos], {x: (1.0, 2.0)}).nodes[-1].interval
     assert (iv.lo, iv.hi) == (16.0, 72.0)  # a corner reads 16 real terms, the centre 36
     assert emulate(pos, np.ones((1, 4, 8, 8))).min() == 16.0
@@ -440,7 +440,7 @@ def test_conv_transpose_is_tight():
     rng = np.random.default_rng(4)
     x = af.input((1, 4, 5, 5), name="x")
     w = (rng.standard_normal((4, 3, 3, 3)) / 4).astype(np.float16)
-    y = af.conv_transpose(x, w, stride=2, pad=1)
+    y = af.conv_transpose(x, w, stride=2, padding=1)
     assert tightness(y, [x], {x: (-1.0, 1.0)}, rng, n=40) < 10
     ones = af.conv_transpose(x, np.ones((4, 1, 2, 2)), stride=2)
     iv = analyse([ones], {x: (1.0, 2.0)}).nodes[-1].interval

@@ -129,7 +129,7 @@ def build(op, rng):
             k = int(rng.integers(1, len(shape) + 1))
             axes = tuple(sorted(int(a) for a in rng.choice(len(shape), k, replace=False)))
         x = af.input(shape, name="x")
-        return x, getattr(af, op)(x, axes=axes, keepdims=bool(rng.integers(2)))
+        return x, getattr(af, op)(x, axis=axes, keepdims=bool(rng.integers(2)))
     if op == "softmax":
         shape = long_or_small(rng)
         x = af.input(shape, name="x")
@@ -178,9 +178,9 @@ def build(op, rng):
         pad, stride = int(rng.integers(0, k)), int(rng.integers(1, 3))
         x = af.input(shape, name="x")
         if op == "max_pool":
-            return x, af.max_pool(x, k, stride=stride, pad=pad)
+            return x, af.max_pool(x, k, stride=stride, padding=pad)
         include = bool(rng.integers(2))
-        return x, af.avg_pool(x, k, stride=stride, pad=pad, count_include_pad=include)
+        return x, af.avg_pool(x, k, stride=stride, padding=pad, count_include_pad=include)
     if op == "upsample":
         shape = (1, int(rng.integers(1, 3))) + small_shape(rng, 1, 2, 4)
         x = af.input(shape, name="x")
@@ -333,10 +333,10 @@ def ends(shape, lo, hi):
 def test_sum_mean_amax_amin_cumsum_bounds_are_exact():
     x = af.input((3, 5), name="x")
     for y, want in (
-        (af.sum(x, axes=-1), (-5.0, 10.0)),
-        (af.mean(x, axes=-1), (-1.0, 2.0)),
+        (af.sum(x, axis=-1), (-5.0, 10.0)),
+        (af.mean(x, axis=-1), (-1.0, 2.0)),
         (af.amax(x), (-1.0, 2.0)),
-        (af.amin(x, axes=0), (-1.0, 2.0)),
+        (af.amin(x, axis=0), (-1.0, 2.0)),
         (af.cumsum(x), (-5.0, 10.0)),
     ):
         iv, seen = bound_and_seen(y, {"x": (-1, 2)}, ends((3, 5), -1, 2))
@@ -422,9 +422,9 @@ def test_pools_and_upsampling_bounds_are_exact():
     shape = (1, 2, 5, 5)
     x = af.input(shape, name="x")
     for y in (
-        af.avg_pool(x, 3, stride=1, pad=1, count_include_pad=True),
-        af.avg_pool(x, 3, stride=2, pad=1),
-        af.max_pool(x, 3, stride=2, pad=1),
+        af.avg_pool(x, 3, stride=1, padding=1, count_include_pad=True),
+        af.avg_pool(x, 3, stride=2, padding=1),
+        af.max_pool(x, 3, stride=2, padding=1),
         af.upsample(x, 2, mode="bilinear"),
         af.upsample(x, 3, mode="bilinear", align_corners=True),
         af.upsample(x, 2),
@@ -432,7 +432,7 @@ def test_pools_and_upsampling_bounds_are_exact():
         iv, seen = bound_and_seen(y, {"x": (1, 3)}, ends(shape, 1, 3))
         assert (iv.lo, iv.hi) == (seen.min(), seen.max()), y.op
     # the padding zeros count: a corner window holds 4 of its 9 values
-    y = af.avg_pool(x, 3, stride=1, pad=1, count_include_pad=True)
+    y = af.avg_pool(x, 3, stride=1, padding=1, count_include_pad=True)
     assert af.range_analysis(y, input_ranges={"x": (1, 3)}).nodes[-1].interval.lo == float(
         np.float16(4.0 / 9.0)
     )
@@ -490,10 +490,10 @@ def test_sum_of_a_norms_squares_can_overflow_where_each_square_does_not():
 
 def test_mean_and_avg_pool_report_their_sum():
     x = af.input((2, 4), name="x")
-    rep = af.range_analysis(af.mean(x, axes=-1), input_ranges={"x": (0, 30000)})
+    rep = af.range_analysis(af.mean(x, axis=-1), input_ranges={"x": (0, 30000)})
     assert ("may", "sum(x)") in overflows(rep, "sum(x)")
-    assert np.isinf(af.compile(af.mean(x, axes=-1))(np.full((2, 4), 30000.0))).all()
-    assert not af.range_analysis(af.mean(x, axes=-1), input_ranges={"x": 3}).hazards
+    assert np.isinf(af.compile(af.mean(x, axis=-1))(np.full((2, 4), 30000.0))).all()
+    assert not af.range_analysis(af.mean(x, axis=-1), input_ranges={"x": 3}).hazards
     img = af.input((1, 1, 4, 4), name="img")
     pool = af.avg_pool(img, 3, stride=1)
     assert overflows(af.range_analysis(pool, input_ranges={"img": (0, 30000)}), "sum(window)")

@@ -96,7 +96,7 @@ AXES_CASES = [
 @pytest.mark.parametrize(("shape", "axes", "keepdims"), AXES_CASES)
 def test_sum(shape, axes, keepdims, rng):
     x = fp16_values(rng, shape, 3.0)
-    node = af.sum(af.input(shape), axes=axes, keepdims=keepdims)
+    node = af.sum(af.input(shape), axis=axes, keepdims=keepdims)
     got = run(node, x)
     ax = None if axes is None else tuple(axes)
     exact = np.sum(x, axis=ax, keepdims=keepdims)
@@ -111,7 +111,7 @@ def test_sum(shape, axes, keepdims, rng):
 @pytest.mark.parametrize(("shape", "axes", "keepdims"), AXES_CASES)
 def test_mean(shape, axes, keepdims, rng):
     x = fp16_values(rng, shape, 3.0)
-    node = af.mean(af.input(shape), axes=axes, keepdims=keepdims)
+    node = af.mean(af.input(shape), axis=axes, keepdims=keepdims)
     got = run(node, x)
     ax = None if axes is None else tuple(axes)
     exact = np.mean(x, axis=ax, keepdims=keepdims)
@@ -129,7 +129,7 @@ def test_mean(shape, axes, keepdims, rng):
 @pytest.mark.parametrize("name", ["amax", "amin"])
 def test_amax_amin_are_exact(name, shape, axes, keepdims, rng):
     x = fp16_values(rng, shape, 100.0)
-    node = getattr(af, name)(af.input(shape), axes=axes, keepdims=keepdims)
+    node = getattr(af, name)(af.input(shape), axis=axes, keepdims=keepdims)
     ax = None if axes is None else tuple(axes)
     want = (np.max if name == "amax" else np.min)(x, axis=ax, keepdims=keepdims)
     got = run(node, x)
@@ -141,7 +141,7 @@ def test_reduction_methods_and_int_axis(rng):
     x = fp16_values(rng, (3, 4))
     t = af.input(x.shape)
     s1, s2, m, mx, mn = af.compile(
-        [t.sum(axes=1), af.sum(t, axes=-1), t.mean(axes=0), t.amax(axes=1), t.amin()]
+        [t.sum(axis=1), af.sum(t, axis=-1), t.mean(axis=0), t.amax(axis=1), t.amin()]
     )(x)
     np.testing.assert_array_equal(s1, s2)
     np.testing.assert_array_equal(s1, nsum(x, (1,))[:, 0])

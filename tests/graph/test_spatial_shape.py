@@ -172,8 +172,8 @@ def test_pool1d(case, rng):
 def test_avg_pool_count_include_pad_on_a_corner():
     t = af.input((1, 1, 3, 3))
     ones = np.ones((1, 1, 3, 3))
-    excl = run(af.avg_pool(t, 3, stride=1, pad=1), ones)
-    incl = run(af.avg_pool(t, 3, stride=1, pad=1, count_include_pad=True), ones)
+    excl = run(af.avg_pool(t, 3, stride=1, padding=1), ones)
+    incl = run(af.avg_pool(t, 3, stride=1, padding=1, count_include_pad=True), ones)
     np.testing.assert_array_equal(excl, np.ones((1, 1, 3, 3)))
     want = f16(np.array([[4, 6, 4], [6, 9, 6], [4, 6, 4]]) / 9)
     np.testing.assert_array_equal(incl[0, 0], want)
@@ -181,7 +181,7 @@ def test_avg_pool_count_include_pad_on_a_corner():
 
 def test_max_pool_padding_never_wins():
     x = np.full((1, 1, 2, 2), -60000.0)
-    got = run(af.max_pool(af.input(x.shape), 2, stride=1, pad=1), x)
+    got = run(af.max_pool(af.input(x.shape), 2, stride=1, padding=1), x)
     np.testing.assert_array_equal(got, np.full((1, 1, 3, 3), -60000.0))
 
 
@@ -373,7 +373,7 @@ def test_squeeze_and_expand_dims(rng):
         af.squeeze(t),
         af.squeeze(t, 0),
         af.squeeze(t, (-2,)),
-        t.squeeze(axes=(0, 2)),
+        t.squeeze(axis=(0, 2)),
         af.expand_dims(t, 0),
         af.expand_dims(af.squeeze(t), (0, 3)),
         af.expand_dims(af.squeeze(t), -1),

@@ -126,8 +126,8 @@ W4 = np.zeros((4, 3, 3, 3))
         (lambda x: af.conv(x, W4, stride=-1), af.AttributeValueError, ("conv", "stride", "-1")),
         (lambda x: af.conv(x, W4, stride=0), af.AttributeValueError, ("stride",)),
         (lambda x: af.conv(x, W4, dilation=0), af.AttributeValueError, ("dilation",)),
-        (lambda x: af.conv(x, W4, pad=(1, 2, 3)), af.AttributeValueError, ("pad", "(1, 2, 3)")),
-        (lambda x: af.conv(x, W4, pad=-1), af.AttributeValueError, ("pad",)),
+        (lambda x: af.conv(x, W4, padding=(1, 2, 3)), af.AttributeValueError, ("pad", "(1, 2, 3)")),
+        (lambda x: af.conv(x, W4, padding=-1), af.AttributeValueError, ("pad",)),
         (
             lambda x: af.conv(x, W4, stride=(1, 2, 1)),
             af.AttributeValueError,
@@ -163,18 +163,18 @@ W4 = np.zeros((4, 3, 3, 3))
         ),
         (lambda x: af.max_pool(x, 2, stride=0), af.AttributeValueError, ("max_pool", "stride")),
         (lambda x: af.max_pool(x, 9), af.ShapeError, ("max_pool",)),
-        (lambda x: af.avg_pool(x, 2, pad=2), af.ShapeError, ("avg_pool", "pad")),
+        (lambda x: af.avg_pool(x, 2, padding=2), af.ShapeError, ("avg_pool", "pad")),
         (lambda x: af.avg_pool(x, (2, 2, 2)), af.AttributeValueError, ("kernel",)),
         (lambda x: af.upsample(x, 0), af.AttributeValueError, ("scale",)),
         (lambda x: af.upsample(x, 2, mode="cubic"), af.AttributeValueError, ("mode", "cubic")),
         (lambda x: af.softmax(x, axis=4), af.AttributeValueError, ("softmax", "axis 4")),
         (lambda x: af.softmax(x, axis=-5), af.AttributeValueError, ("axis -5",)),
-        (lambda x: af.sum(x, axes=(0, 4)), af.AttributeValueError, ("sum", "axis 4")),
-        (lambda x: af.sum(x, axes=(1, -3)), af.AttributeValueError, ("sum", "repeat")),
+        (lambda x: af.sum(x, axis=(0, 4)), af.AttributeValueError, ("sum", "axis 4")),
+        (lambda x: af.sum(x, axis=(1, -3)), af.AttributeValueError, ("sum", "repeat")),
         (lambda x: af.sum(x, keepdims=1), af.AttributeValueError, ("keepdims",)),
         (lambda x: af.layer_norm(x, axis=7), af.AttributeValueError, ("layer_norm", "7")),
         (lambda x: af.concat([x, x], axis=4), af.AttributeValueError, ("concat", "4")),
-        (lambda x: af.transpose(x, (0, 1, 1, 2)), af.AttributeValueError, ("perm",)),
+        (lambda x: af.transpose(x, (0, 1, 1, 2)), af.AttributeValueError, ("axes", "(3, 2, 1, 0)")),
         (lambda x: af.relu(x, alpha=0.1), af.AttributeValueError, ("relu", "unknown", "alpha")),
         (lambda x: af.gelu(x, approximate="fast"), af.AttributeValueError, ("fast",)),
         (lambda x: af.elu(x, alpha=float("nan")), af.AttributeValueError, ("alpha", "finite")),
@@ -435,16 +435,16 @@ def test_unknown_device_raises_option_error():
 def mixed_graph(rng):
     img = af.input((2, 4, 9, 9), name="img")
     tok = af.input((2, 6, 16), name="tok")
-    h = af.conv(img, rng.standard_normal((8, 2, 3, 3)), rng.standard_normal(8), pad=1, groups=2)
+    h = af.conv(img, rng.standard_normal((8, 2, 3, 3)), rng.standard_normal(8), padding=1, groups=2)
     h = af.batch_norm(h, np.zeros(8), np.ones(8) * 2.0, np.ones(8), np.zeros(8)).relu()
-    h = af.max_pool(h, 2, stride=2, pad=1)
+    h = af.max_pool(h, 2, stride=2, padding=1)
     h = af.conv_transpose(h, rng.standard_normal((8, 4, 2, 2)) * 0.3, stride=2)
     h = af.upsample(af.avg_pool(h, 2), 2, mode="bilinear")
     t = af.layer_norm(tok, np.ones(16), np.zeros(16))
     att = af.softmax(af.bmm(t, af.transpose(t, (0, 2, 1))) * 0.25)
     t2 = af.bmm(att, t) @ (rng.standard_normal((16, 33)) * 0.25)
     t2 = af.linear(af.gelu(t2), rng.standard_normal((16, 33)) * 0.2, rng.standard_normal(16))
-    return [h, t2.cumsum(), af.rms_norm(t2).sum(axes=-1)]
+    return [h, t2.cumsum(), af.rms_norm(t2).sum(axis=-1)]
 
 
 def test_reference_device_is_bit_identical_to_the_default(rng):

@@ -37,7 +37,7 @@ from aneforge.io.coreml_export import (
     lower_program,
     parse_deployment,
 )
-from aneforge.optimizer.routes import BRIDGE_DECOMPOSERS
+from aneforge.optimizer.routes import decomposers
 
 devices_module = importlib.import_module("aneforge.devices")
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,11 +75,11 @@ def _samples() -> dict[str, list]:
         af.linear(af.input((2, 2, 2, 8)), _w((4, 8))),
     ]
     s["conv"] = [
-        af.conv(x, _w((4, 3, 3, 3)), _w((4,)), stride=2, pad=(1, 0, 1, 1)),
+        af.conv(x, _w((4, 3, 3, 3)), _w((4,)), stride=2, padding=(1, 0, 1, 1)),
         af.conv(af.input((1, 4, 9)), _w((4, 2, 3)), groups=2, dilation=2),
     ]
     s["conv_transpose"] = [
-        af.conv_transpose(x, _w((3, 2, 2, 2)), _w((2,)), stride=2, pad=1, output_padding=1),
+        af.conv_transpose(x, _w((3, 2, 2, 2)), _w((2,)), stride=2, padding=1, output_padding=1),
         af.conv_transpose(x, _w((3, 2, 3, 3)), _w((2,)), stride=2, output_padding=1),
     ]
     for op in ("sum", "mean", "amax", "amin"):
@@ -95,10 +95,10 @@ def _samples() -> dict[str, list]:
         af.batch_norm(v, _w((8,)), af.weight(R.uniform(0.5, 1.5, 8))),
     ]
     s["l2_norm"] = [af.l2_norm(x, axis=1)]
-    s["max_pool"] = [af.max_pool(x, 3, stride=2, pad=1), af.max_pool(af.input((1, 2, 9)), 2)]
+    s["max_pool"] = [af.max_pool(x, 3, stride=2, padding=1), af.max_pool(af.input((1, 2, 9)), 2)]
     s["avg_pool"] = [
-        af.avg_pool(x, 3, stride=1, pad=1),
-        af.avg_pool(x, 2, pad=1, count_include_pad=True),
+        af.avg_pool(x, 3, stride=1, padding=1),
+        af.avg_pool(x, 2, padding=1, count_include_pad=True),
     ]
     s["upsample"] = [
         af.upsample(x, 2),
@@ -224,9 +224,9 @@ def test_every_fused_and_bridge_op_is_lowered_decomposed_or_refused_with_a_reaso
         if entry.status == coreml_ops.LOWERED:
             assert callable(entry.fn), name
             if entry.native_if is not None:
-                assert name in BRIDGE_DECOMPOSERS and entry.note, name
+                assert name in decomposers() and entry.note, name
         elif entry.status == coreml_ops.DECOMPOSED:
-            assert name in BRIDGE_DECOMPOSERS and entry.fn is None, name
+            assert name in decomposers() and entry.fn is None, name
         else:
             assert ops[name].kind == "bridge" and len(entry.note) > 40, name
     cover = coreml_table.coverage()
@@ -360,11 +360,11 @@ def test_bridge_ops_use_their_routes_where_core_ml_has_no_op(tmp_path):
 def test_one_op_of_each_family_round_trips(tmp_path):
     x = af.input((1, 4, 6, 6), name="image")
     e = af.gelu(x) + _w((4, 1, 1))  # elementwise
-    r = af.mean(e, axes=(2, 3), keepdims=True)  # reduction
+    r = af.mean(e, axis=(2, 3), keepdims=True)  # reduction
     n = af.group_norm(e - r, 2, _w((4,)), _w((4,)))  # norm
     p = af.max_pool(n, 2)  # pool
     s = af.transpose(af.reshape(p, (1, 4, 9)), (0, 2, 1))  # shape
-    prog = _program([s, af.amax(e, axes=-1)])
+    prog = _program([s, af.amax(e, axis=-1)])
     path, low, loaded = _round_trip(prog, tmp_path)
     families = {rec.op: Counter(rec.mil_ops) for rec in low.nodes}
     assert families["gelu"] == Counter({"gelu": 1}) and families["add"] == Counter({"add": 1})
@@ -406,8 +406,8 @@ def _compressed_graph():
         "int4": encoded_weight(lin_w, encode(lin_w.value, "int4", axis=0)),
         "sparse": encoded_weight(mm_w, encode(mm_w.value, "sparse")),
     }
-    h = af.relu(af.conv(x, enc["int8"], pad=1))
-    h = af.linear(af.reshape(af.mean(h, axes=(2, 3)), (1, 8)), enc["int4"])
+    h = af.relu(af.conv(x, enc["int8"], padding=1))
+    h = af.linear(af.reshape(af.mean(h, axis=(2, 3)), (1, 8)), enc["int4"])
     return _program(af.linear(h, _w((8, 5))) @ enc["sparse"]), enc
 
 
@@ -615,10 +615,10 @@ def test_ops_without_value_inference_carry_the_right_parameters(tmp_path):
     x = af.input((1, 2, 7, 7), name="x")
     w = _w((4, 2, 3, 3))
     outs = [
-        af.conv(x, w, stride=(2, 1), pad=(1, 0, 2, 1), dilation=(1, 2)),
-        af.conv_transpose(x, _w((2, 2, 3, 3)), stride=2, pad=(1, 0), output_padding=1),
-        af.max_pool(x, (3, 2), stride=(2, 1), pad=(1, 0)),
-        af.avg_pool(x, 3, stride=2, pad=1, count_include_pad=True),
+        af.conv(x, w, stride=(2, 1), padding=(1, 0, 2, 1), dilation=(1, 2)),
+        af.conv_transpose(x, _w((2, 2, 3, 3)), stride=2, padding=(1, 0), output_padding=1),
+        af.max_pool(x, (3, 2), stride=(2, 1), padding=(1, 0)),
+        af.avg_pool(x, 3, stride=2, padding=1, count_include_pad=True),
         af.upsample(x, (2, 3), mode="bilinear", align_corners=True),
         af.upsample(x, 2),
         af.batch_norm(x, _w((2,)), af.weight(np.ones(2)), eps=1e-3),

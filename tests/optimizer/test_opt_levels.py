@@ -34,7 +34,7 @@ C = constants()
 def _conv_lrn_relu(rng, shape=(1, 3, 32, 32), cout=16):
     x = af.input(shape, name="x", range=(-1, 1))
     w = rng.standard_normal((cout, shape[1], 3, 3)) * 0.3
-    return x, lrn(af.conv(x, w, pad=1)).relu()
+    return x, lrn(af.conv(x, w, padding=1)).relu()
 
 
 def _cut_free(rng):
@@ -272,7 +272,7 @@ def tune_cache(tmp_path, monkeypatch):
 
 def _long_sum():
     """A narrow sum the precision signal flags (4096 terms: it stalls at 2048)."""
-    return af.input((2, 4096), name="x").sum(axes=-1)
+    return af.input((2, 4096), name="x").sum(axis=-1)
 
 
 @pytest.mark.parametrize("opt", ALL_LEVELS)

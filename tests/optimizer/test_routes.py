@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 
 import aneforge as af
+from aneforge.graph.facts import Decomposition, SingleRoute
 from aneforge.graph.ops.bridge import BRIDGE_OPS, flatten, lrn, minmax_norm, sdpa
-from aneforge.graph.registry import get_op
+from aneforge.graph.registry import all_ops, get_op
 from aneforge.graph.rewrite import EXACTNESS
 from aneforge.graph.walk import topological_order
 from aneforge.optimizer.routes import (
-    BRIDGE_DECOMPOSERS,
     Route,
     decompose,
+    decomposers,
     route_registry,
     routes_for,
     select_routes,
@@ -44,13 +45,13 @@ def test_the_registry_covers_every_bridge_op_and_nothing_else():
     assert all(isinstance(r, Route) and r.op == op for op, r in reg.items())
 
 
-def test_alts_and_decomposers_are_reconciled():
+def test_alts_are_the_decompositions_on_the_records():
     reg = route_registry()
     alts = {op for op, r in reg.items() if r.alt is not None}
-    assert alts == set(BRIDGE_DECOMPOSERS) == {"sdpa", "minmax_norm", "flatten", "lrn"}
+    assert alts == set(decomposers()) == {"sdpa", "minmax_norm", "flatten", "lrn"}
     for op in alts:
-        assert reg[op].alt is BRIDGE_DECOMPOSERS[op]
-        assert set(BRIDGE_DECOMPOSERS) <= set(BRIDGE_OPS)
+        assert reg[op].alt is decomposers()[op] is get_op(op).route.build
+        assert reg[op].evidence == get_op(op).route.evidence
 
 
 def test_alts_are_lossless_with_evidence():
@@ -70,9 +71,14 @@ def test_single_route_entries_carry_their_reason():
         assert r.reason.strip() and r.reason != "only lowering", op
 
 
-def test_the_route_flag_of_the_op_records_matches_the_registry():
+def test_every_bridge_record_declares_its_route_and_fused_ones_have_none():
     for op, r in route_registry().items():
-        assert ("route" in get_op(op).flags) == (r.alt is not None), op
+        route = get_op(op).route
+        assert isinstance(route, Decomposition) == (r.alt is not None), op
+        if isinstance(route, SingleRoute):
+            assert r.reason == route.reason, op
+    fused = [n for n, op in all_ops().items() if op.kind == "fused"]
+    assert all(get_op(n).route == SingleRoute("only lowering") for n in fused)
 
 
 @pytest.mark.parametrize("op", REARRANGES)
@@ -233,7 +239,7 @@ def test_lrn_alt_matches_the_onnx_formula_within_fp16_noise(rng):
 def _conv_lrn_relu(rng, c=8):
     x = af.input((1, 3, 8, 8))
     w = rng.standard_normal((c, 3, 3, 3)) * 0.3
-    return x, lrn(af.conv(x, w, pad=1)).relu()
+    return x, lrn(af.conv(x, w, padding=1)).relu()
 
 
 def test_decompose_replaces_every_route_bearing_node(rng):

@@ -433,7 +433,7 @@ def test_a_node_with_an_input_is_not_folded():
 
 def test_sum_over_the_last_axis_is_a_matmul_against_ones(rng):
     x = af.input((4, 8))
-    out = reduce_sum_to_matmul(x.sum(axes=-1))
+    out = reduce_sum_to_matmul(x.sum(axis=-1))
     assert _ops(out) == ["matmul", "reshape"]
     mm = out.srcs[0]
     assert mm.srcs[0] is x
@@ -452,7 +452,7 @@ def test_sum_over_the_last_axis_is_a_matmul_against_ones(rng):
 )
 def test_sum_over_another_axis_transposes_it_to_the_end(shape, axis, perm, rng):
     x = af.input(shape)
-    y = x.sum(axes=axis)
+    y = x.sum(axis=axis)
     out = reduce_sum_to_matmul(y)
     assert _ops(out) == ["transpose", "matmul", "reshape"]
     t = out.srcs[0].srcs[0]
@@ -469,7 +469,7 @@ def test_sum_over_another_axis_transposes_it_to_the_end(shape, axis, perm, rng):
 @pytest.mark.parametrize("axis", [0, 1])
 def test_keepdims_keeps_the_reduced_axis(axis, rng):
     x = af.input((3, 5))
-    y = x.sum(axes=axis, keepdims=True)
+    y = x.sum(axis=axis, keepdims=True)
     out = reduce_sum_to_matmul(y)
     assert out.shape == y.shape
     assert "sum" not in _ops(out) and "matmul" in _ops(out)
@@ -487,7 +487,7 @@ def test_a_full_sum_of_a_vector_is_rewritten():
 @pytest.mark.parametrize("axes", [(0, 1), None, (-1, 0)])
 def test_multi_axis_sums_are_left_alone(axes):
     x = af.input((3, 4))
-    y = x.sum(axes=axes)
+    y = x.sum(axis=axes)
     assert reduce_sum_to_matmul(y) is y
 
 
@@ -502,7 +502,7 @@ def test_4096_ones_sum_to_4096_through_the_matmul_and_2048_narrow():
 
 def test_the_rewritten_sum_is_closer_to_the_float64_sum(rng):
     x = af.input((8, 2048))
-    y = x.sum(axes=-1)
+    y = x.sum(axis=-1)
     feed = _fp16(rng.uniform(0.0, 1.0, (8, 2048)))
     exact = feed.sum(axis=-1)
     narrow_err = np.abs(_run(y, feed)[0].astype(np.float64) - exact)
@@ -540,6 +540,6 @@ def test_cumsum_rewrite_stays_bit_identical_with_non_finite_values():
 
 def test_reduce_sum_to_matmul_keeps_the_output_structure():
     x = af.input((2, 8))
-    outs = reduce_sum_to_matmul([x.sum(axes=1), x.cumsum(), x.exp()])
+    outs = reduce_sum_to_matmul([x.sum(axis=1), x.cumsum(), x.exp()])
     assert isinstance(outs, list) and len(outs) == 3
     assert outs[0].op == "reshape" and outs[1].op == "matmul" and outs[2].op == "exp"

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge import driver
 from aneforge.errors import AneforgeWarning, DispatchFloorWarning, OptionError
 from aneforge.graph.hashing import structural_hash
 from aneforge.graph.ops.bridge import lrn
@@ -54,7 +53,7 @@ class BridgeFastDevice(CountingDevice):
 def _conv_lrn_relu(rng):
     x = af.input((1, 3, 16, 16), name="x", range=(-1, 1))
     w = rng.standard_normal((8, 3, 3, 3)) * 0.3
-    return lrn(af.conv(x, w, pad=1)).relu()
+    return lrn(af.conv(x, w, padding=1)).relu()
 
 
 def _gemv(rng):
@@ -343,17 +342,18 @@ def test_tune_is_deterministic_for_a_deterministic_device(tmp_path):
 def test_compile_opt_2_and_max_go_through_tune(opt, rng, tmp_path, monkeypatch):
     monkeypatch.setenv("ANEFORGE_CACHE_DIR", str(tmp_path))
     calls = []
-    real = tune_module.tune  # compile calls tune through the driver module
+    real = tune_module.tune  # compile calls tune through the tune::measure pass
 
     def spy(*args, **kwargs):
         calls.append((args, kwargs))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(driver, "tune", spy)
+    monkeypatch.setattr(tune_module, "tune", spy)
     x = af.input((4, 16), name="x")
     y = lrn(af.reshape(x.relu(), (1, 4, 16))).exp()
     prog = _quietly(af.compile, y, opt=opt)
     assert len(calls) == 1
+    assert prog.report.pipeline == "O2" and "tune::measure" in prog.report.ran
     assert prog.opt == 2 and prog.tune_report["device"] == "emulator"
     assert prog.tune_report["variant"] in prog.tune_report["measured"]
     assert len(list(tmp_path.glob("tune-*.json"))) == 1

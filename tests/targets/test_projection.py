@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from aneforge.cost.spec_baseline import SPEC_ANCHORS
+from aneforge.data import load
 from aneforge.errors import OptionError
 from aneforge.targets import (
     ANCHORS,
@@ -165,3 +167,45 @@ def test_provenance_carries_the_models_published_accuracy():
         assert 1.0 <= r["geomean_error"] <= r["worst_error"]
         assert r["held_out_geomean_error"] >= 1.0
     assert estimate_provenance("h11")["measured"] == []
+
+
+def test_the_docs_anchor_table_matches_the_anchor_file():
+    lines = DOC.read_text().splitlines()
+    start = lines.index(
+        "| anchor | family | chip | fitted peak (TFLOP/s) | BW (GB/s) | floor (us) | note |"
+    )
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")][:6])
+
+    def cell(v):
+        return "-" if v is None else f"{v:g}"
+
+    want = [
+        [arch, str(a["family"]), a["chip"], cell(a["peak_tflops"]), cell(a["bw_gb_s"]),
+         cell(a["floor_us"])]
+        for arch, a in ANCHORS.items()
+    ]  # fmt: skip
+    assert rows == want
+
+
+def test_the_anchors_are_typed_once_and_the_spec_baseline_reads_them():
+    data = load("anchors.json")
+    assert data["_source"]["document"] and all(a["source"] for a in data["anchors"].values())
+    assert ANCHORS is data["anchors"]
+    assert project_peak(data["reference"]["arch"])["tflops"] == data["reference"]["peak_tflops"]
+    for arch, a in ANCHORS.items():
+        overhead, peak, bw, ramp = SPEC_ANCHORS[arch]
+        assert peak == a["peak_tflops"] * 1e6  # TFLOP/s -> flop/us
+        if a["floor_us"] is not None:
+            assert overhead == a["floor_us"]
+        if a["bw_gb_s"] is not None:
+            assert bw == a["bw_gb_s"] * 1e3  # GB/s -> bytes/us
+        assert ramp == (None if a["ramp"] is None else (a["ramp"]["F"], a["ramp"]["q"]))
+    # h14 quotes no bandwidth or floor: the spec scales the M1's by cores and by clock.
+    m1, h14 = get_target("h13"), get_target("h14")
+    overhead, _, bw, _ = SPEC_ANCHORS["h14"]
+    assert overhead == pytest.approx(ANCHORS["h13"]["floor_us"] * m1.clock_hz / h14.clock_hz)
+    assert bw == pytest.approx(ANCHORS["h13"]["bw_gb_s"] * 1e3 * h14.cores / m1.cores)

@@ -46,7 +46,7 @@ def test_what_compile_builds_verifies(name, opt):
 
 def test_a_target_compile_verifies():
     x = af.input((1, 8, 16, 16), name="x")
-    y = af.conv(x, np.ones((8, 8, 3, 3)) * 0.01, pad=1).sin().relu()
+    y = af.conv(x, np.ones((8, 8, 3, 3)) * 0.01, padding=1).sin().relu()
     prog = _quiet(af.compile, y, target="M1")  # sin lowered below A15
     assert "sin" not in {n.op for n in prog.nodes}
     verify_program(prog)

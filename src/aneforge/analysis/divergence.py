@@ -23,7 +23,7 @@ different codegen route. The emulator reproduces those routes (docs/numerics.md,
   figures). aneforge therefore reports ``reorder`` and never ``ulp1``.
 - ``ulp1``: kept as a class name for the spec's vocabulary; never returned (above).
 - ``round1``: the spec's reduce-then-square fusion difference; never returned, since
-  A13, A14 and A16 silicon all compute fp16(sum)^2 (spec 004: a measured no-op).
+  A13, A14 and A16 silicon all compute fp16(sum)^2 (measured: a no-op; docs/numerics.md 9.2).
 - ``none``: no family among ``targets`` selects a differing route for the node.
 
 Per-node classes say where a divergence starts; it then flows to every consumer, so
@@ -56,8 +56,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..compiler.program import Program
 from ..emulator.chips import (
     CROP_DMA_LIMIT,
@@ -66,6 +64,7 @@ from ..emulator.chips import (
     width_begin,
 )
 from ..errors import OptionError
+from ..graph.registry import get_op
 from ..targets.names import resolve_target
 from .ranges import range_analysis
 
@@ -209,45 +208,19 @@ def _bound(ranges, node) -> float:
 # ---- which nodes reduce narrowly, over how many terms ----------------------------------
 
 
-def _prod(values) -> int:
-    return int(np.prod([int(v) for v in values], dtype=np.int64))
-
-
-def _axes(attrs, ndim):
-    axes = attrs.get("axes")
-    if axes is None:
-        return tuple(range(ndim))
-    return tuple(sorted({a % ndim for a in axes}))
-
-
-def _kernel_elems(attrs, nd: int) -> int:
-    kern = tuple(attrs["kernel"])
-    return _prod(kern * nd if len(kern) == 1 else kern)
-
-
 def narrow_terms(node) -> int | None:
-    """How many terms ``node``'s narrow fp16 reduction adds (None: it has none).
+    """How many terms ``node``'s narrow fp16 reduction adds (None: it has none), by its
+    record's ``narrow`` (:meth:`~aneforge.graph.registry.OpDef.narrow_terms`).
 
     These are the ops whose emulator kernels call the narrow accumulator; lrn's window
     sum is a chain of elementwise adds and cumsum runs through the wide accumulator, so
     neither takes a reduction route.
+
+    Example:
+        >>> import aneforge as af
+        >>> narrow_terms(af.input((4, 6)).mean()), narrow_terms(af.input((4, 6)).cumsum())
+        (24, None)
     """
-    op, attrs = node.op, node.attrs
     if not node.srcs:
         return None
-    x = node.srcs[0].shape
-    if op in ("sum", "mean"):
-        return _prod(x[a] for a in _axes(attrs, len(x)))
-    if op in ("softmax", "l2_norm"):
-        return int(x[attrs["axis"] % len(x)])
-    if op in ("layer_norm", "rms_norm"):
-        return _prod(x[attrs["axis"] % len(x) :])
-    if op == "group_norm":
-        return _prod(x[1:]) // int(attrs["groups"])
-    if op == "avg_pool":
-        return _kernel_elems(attrs, len(x) - 2)
-    if op == "sdpa":
-        return int(node.srcs[1].shape[-2])
-    if op == "cost_volume":
-        return int(x[1])
-    return None
+    return get_op(node.op).narrow_terms([s.shape for s in node.srcs], node.attrs)

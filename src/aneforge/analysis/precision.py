@@ -98,16 +98,18 @@ import numpy as np
 from ..compiler.program import Program
 from ..emulator.chips import chip_numerics
 from ..errors import AneforgeError, OptionError, PrecisionWarning
+from ..graph.facts import Flag, TermSign
 from ..graph.registry import get_op, held_roundings
 from ..tables import TableMixin
 from ..targets.names import resolve_target
 from .divergence import narrow_terms
 from .ranges import range_analysis
 
-#: A clean fused fp16 op's relative error (spec 000: the corpus median); the warning
-#: fires when the signal exceeds it.
+#: A clean fused fp16 op's relative error (the specification's corpus median;
+#: docs/numerics.md); the warning fires when the signal exceeds it.
 _FP16_CLEAN = 1e-3
-#: Possibly-signed narrow sums over more terms than this are flagged (spec 000).
+#: Possibly-signed narrow sums over more terms than this are flagged (docs/numerics.md,
+#: "Which narrow sums").
 _NARROW_SUM_FLOOR = 256
 #: A same-sign sequential run this long holds a partial sum whose half-ulp is a mean term.
 _STALL_LENGTH = 2**11
@@ -120,14 +122,6 @@ _UNIT_ROUNDOFF = 2.0**-11
 
 #: Every mode, in the order reports list them.
 MODES = ("narrow_sum", "range", "compile_cliff", "cancel_sub", "attribute")
-
-# The narrow sums inside these ops add same-sign terms: exp (softmax, sdpa) and squares
-# (the norms). layer/group_norm also sum x for the mean, but that sum's rounding reaches
-# the output divided by the standard deviation, not by a cancelled result.
-_SAME_SIGN_OPS = {"softmax", "sdpa", "layer_norm", "rms_norm", "group_norm", "l2_norm"}
-# Producers of unit-range values whose complement 1 - f(x) cancels where f saturates.
-_SATURATING = {"erf", "tanh", "sigmoid", "cos", "softmax", "l2_norm"}
-_STATISTICS = {"mean", "sum", "amax", "amin"}
 
 
 class PrecisionError(AneforgeError, ValueError):
@@ -308,28 +302,39 @@ def check_precision(program, strict: bool = False, stacklevel: int = 3) -> Preci
     """Run :func:`precision_risk` on ``program``; warn once (or raise) past fp16 noise.
 
     When the signal exceeds :data:`_FP16_CLEAN` it warns one ``PrecisionWarning`` naming
-    the hotspots, or with ``strict=True`` raises :class:`PrecisionError` (carrying the
-    report). A Program gets the report in ``program.passes['precision']``.
+    the hotspots (:func:`precision_message`), or with ``strict=True`` raises
+    :class:`PrecisionError` (carrying the report). Returns the report; it writes nothing
+    into ``program`` (a compiled program has it in ``prog.passes['precision']``).
     ``stacklevel`` points the warning at the caller's caller (user -> compile -> here).
     """
     report = precision_risk(program)
-    passes = getattr(program, "passes", None)
-    if isinstance(passes, dict):
-        passes["precision"] = report.as_dict()
     if report.clean:
         return report
-    shown = "; ".join(
-        f"%{e.index} {e.op} {e.shape} {e.mode} ~{e.proxy:.2g}" for e in report.hotspots[:3]
-    )
-    more = f" and {len(report.hotspots) - 3} more" if len(report.hotspots) > 3 else ""
-    message = (
-        f"precision risk signal {report.signal:.2g} exceeds fp16 noise ({_FP16_CLEAN:g}): "
-        f"{shown}{more}. Fix: {report.hotspots[0].fix}. Details: af.precision_risk(out)"
-    )
+    message = precision_message(report)
     if strict:
         raise PrecisionError(message, report)
     warnings.warn(message, PrecisionWarning, stacklevel=stacklevel)
     return report
+
+
+def precision_message(report: PrecisionReport) -> str:
+    """The one warning line of a report past fp16 noise: the signal, the first three
+    hotspots, the first fix and where to look further.
+
+    Example:
+        >>> import aneforge as af
+        >>> rep = precision_risk(af.input((4096,)).sum())
+        >>> precision_message(rep).startswith("precision risk signal")
+        True
+    """
+    shown = "; ".join(
+        f"%{e.index} {e.op} {e.shape} {e.mode} ~{e.proxy:.2g}" for e in report.hotspots[:3]
+    )
+    more = f" and {len(report.hotspots) - 3} more" if len(report.hotspots) > 3 else ""
+    return (
+        f"precision risk signal {report.signal:.2g} exceeds fp16 noise ({_FP16_CLEAN:g}): "
+        f"{shown}{more}. Fix: {report.hotspots[0].fix}. Details: af.precision_risk(out)"
+    )
 
 
 # ---- attributes fp16 rounds away ------------------------------------------------------
@@ -439,42 +444,16 @@ def _nonnegative(node, memo: dict[int, bool]) -> bool:
 
 
 def _nonnegative_rule(node, memo) -> bool:
-    """One node's rule; ``memo`` already holds its sources."""
-    op, srcs = node.op, node.srcs
-    if op == "input":
-        return False
-    if op == "weight":
-        value = np.asarray(node.value)  # fp16: compared in place, nan is not >= 0
-        return bool(value.size) and bool(np.all(value >= 0))
-    flags = get_op(op).flags
-    if "nonnegative" in flags:
-        return True
-    if op == "mul" and srcs[0] is srcs[1]:
-        return True  # x * x
-    if op == "clip":
-        lo = node.attrs.get("lo")
-        return (lo is not None and lo >= 0) or memo[id(srcs[0])]
-    if op == "maximum":
-        return any(memo[id(s)] for s in srcs)
-    if op in ("add", "mul", "div", "minimum"):
-        return all(memo[id(s)] for s in srcs)
-    if op == "select":
-        return all(memo[id(s)] for s in srcs[1:])
-    if op in ("sum", "mean", "amax", "amin", "max_pool", "avg_pool", "cumsum", "upsample"):
-        return memo[id(srcs[0])]
-    if "movement" in flags and srcs:
-        if op == "dynamic_slice":  # src 1 holds the offsets
-            return memo[id(srcs[0])]
-        return all(memo[id(s)] for s in srcs)
-    return False
+    """One node's rule (its record's ``sign``); ``memo`` already holds its sources."""
+    return bool(get_op(node.op).sign(node, [memo[id(s)] for s in node.srcs]))
 
 
 def _same_sign(node, memo) -> bool:
-    if node.op in _SAME_SIGN_OPS:
-        return True
-    if node.op in ("sum", "mean", "avg_pool"):
+    """Whether ``node``'s narrow sum adds terms of one sign (its record's ``narrow``)."""
+    sign = get_op(node.op).narrow.sign
+    if sign is TermSign.OF_INPUT:
         return _nonnegative(node.srcs[0], memo)
-    return False  # cost_volume: products of signed features
+    return sign is TermSign.SAME
 
 
 def effective_length(terms: int, route: int | None, same_sign: bool) -> tuple[float, int]:
@@ -546,29 +525,8 @@ def _narrow_sum(node, route, memo):
         detail += f"; a {run}-term same-sign run drifts past {_DRIFT_LENGTH} terms"
     elif same:
         detail += f"; same-sign: left out of the default signal up to {_DRIFT_LENGTH} terms"
-    return "narrow_sum", proxy, int(terms), same and not drifts, detail, _narrow_fix(node)
-
-
-def _narrow_fix(node) -> str:
-    op = node.op
-    if op == "sum":
-        return (
-            "af.reduce_sum_to_matmul(out) routes it through the wide matmul accumulator "
-            "(x @ ones); a multi-axis sum needs a reshape to one axis first"
-        )
-    if op == "mean":
-        return "sum with the wide accumulator and scale once: (x @ ones[K, 1]) * (1/K)"
-    if op in ("softmax", "sdpa"):
-        return (
-            "decompose it as e = exp(x - amax(x)); e / (e @ ones) (wide accumulator), or "
-            "compile for a target whose split route keeps the sum short"
-        )
-    if op in _SAME_SIGN_OPS:
-        return (
-            "compute the statistics with matmuls (x @ ones / K), or compile for a target "
-            "whose split route keeps the sum short"
-        )
-    return "express the window or channel sum as a matmul or convolution (wide accumulator)"
+    fix = get_op(node.op).narrow.fix
+    return "narrow_sum", proxy, int(terms), same and not drifts, detail, fix
 
 
 # ---- (c) compile cliffs --------------------------------------------------------------
@@ -612,9 +570,7 @@ def _cancel(node, memo: dict[int, frozenset]):
     if node.op != "sub":
         return None
     a, b = node.srcs
-    saturating = (_is_constant(a) and b.op in _SATURATING) or (
-        _is_constant(b) and a.op in _SATURATING
-    )
+    saturating = (_is_constant(a) and _saturates(b)) or (_is_constant(b) and _saturates(a))
     if saturating:
         f = b if _is_constant(a) else a
         why = f"a constant minus {f.op}(...), which saturates at +-1: the result cancels there"
@@ -629,11 +585,22 @@ def _cancel(node, memo: dict[int, frozenset]):
             "can be large and nearly equal (a CFG-style difference, a residual)"
         )
     detail = why + "; the loss u*(|a|+|b|)/|a-b| is data-dependent (proxy: fp16 noise, a floor)"
-    fix = "a paired-fp16 subtract (spec 004) if the operands carry sub-ulp bits; check with data"
+    fix = (
+        "a paired-fp16 subtract (af.paired_subtract) if the operands carry sub-ulp bits; "
+        "check with data"
+    )
     return "cancel_sub", _FP16_CLEAN, None, True, detail, fix
+
+
+def _saturates(t) -> bool:
+    """A producer of unit-range values whose complement 1 - f(x) cancels where f
+    saturates (its record's ``Flag.SATURATES``)."""
+    return Flag.SATURATES in get_op(t.op).flags
 
 
 def _centering(a, b) -> bool:
     """x - stat(x): subtracting a statistic of the other operand (mean, max) is benign."""
     pairs = ((a, b), (b, a))
-    return any(s.op in _STATISTICS and bool(s.srcs) and s.srcs[0] is x for x, s in pairs)
+    return any(
+        Flag.STATISTIC in get_op(s.op).flags and bool(s.srcs) and s.srcs[0] is x for x, s in pairs
+    )

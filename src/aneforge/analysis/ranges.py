@@ -50,6 +50,7 @@ from ..emulator.chips import chip_execution, chip_numerics, is_width_offset
 from ..emulator.gemm import gemm_reference
 from ..emulator.interpreter import execute_fp16
 from ..errors import OptionError
+from ..graph.facts import Flag
 from ..graph.fp16 import FP16_MAX
 from ..graph.ranges import SMALLEST_NORMAL, Interval, RangeEnv, check_range
 from ..graph.registry import get_op
@@ -483,17 +484,14 @@ def _hazards(node, srcs, iv, env, cliffs: bool = False) -> list:
     if iv.nan and not any(s.nan for s in srcs) and srcs_finite and not step_overflow:
         found.append(("nan", "may", None, iv.max_abs, FP16_MAX))
     biggest = max((s.max_abs for s in srcs), default=0.0)
-    shrinks = node.op in _SHRINKING or "contraction" in get_op(node.op).flags
+    # a product under the subnormal range is an underflow (a difference that comes out 0
+    # is an exact cancellation, not one)
+    flags = get_op(node.op).flags
+    shrinks = Flag.MULTIPLIES in flags or Flag.CONTRACTION in flags
     if shrinks and biggest >= SMALLEST_NORMAL and iv.max_abs < SMALLEST_NORMAL and not iv.nan:
         cert = "will" if iv.is_zero else "subnormal"
         found.append(("underflow", cert, None, iv.max_abs, SMALLEST_NORMAL))
     return found
-
-
-# Ops whose results can fall below their operands' magnitudes by multiplication, where
-# a result under the subnormal range is an underflow (a difference that comes out 0 is
-# an exact cancellation, not one).
-_SHRINKING = frozenset({"mul", "div", "square", "pow", "scaled_elementwise"})
 
 
 def _certainty(iv: Interval, limit: float) -> str:

@@ -1,8 +1,10 @@
 """Preflight: will a graph compile for a target? Every violation, at once.
 
-:func:`preflight` checks a graph against the capability family of a target (issue 4,
-spec 000's family table) and reports every violation together, each naming the node
-(execution index, op and shape), the limit and the offending value:
+:func:`preflight` checks a graph against the capability family of a target (docs/targets.md,
+"What each family can do") and reports every violation together, each naming the node
+(execution index, op and shape), the limit and the offending value. The limits are the
+target's capability record (``Target.capability``, read from ``data/families.json``,
+which names each number's source); the rank limit is the graph's own:
 
 - family 1 (h11, h12, m9, t0) has no MIL path: nothing compiles there;
 - rank <= 5 for every tensor;
@@ -12,31 +14,18 @@ spec 000's family table) and reports every violation together, each naming the n
   <= 16384 through the A15 tier (families 2-4) and <= 65536 at A16 (family 5);
   channels <= 65536; the batch axis is not limited;
 - conv / conv_transpose kernel width (the weight's last axis) <= 13, <= 15 at A16;
-- ops below their family floor: ``sin`` / ``cos`` need A15 (family 4) and have a
-  lowering (below); ``topk``, ``sort`` and ``dynamic_slice`` need A14 (family 3) and have
-  none.
+- ops below their family floor (the record's ``min_family``): ``sin`` / ``cos`` need
+  A15 (family 4) and have a lowering (the record's ``below_floor``); ``topk``, ``sort``
+  and ``dynamic_slice`` need A14 (family 3) and have none. Which ops are contractions
+  (matmul-like or conv-like) is the record's ``role``.
 
 ``compile(..., target=...)`` runs it: where every violation has a lowering it applies
 them, records the report in ``prog.passes['preflight']`` and warns
 :class:`~aneforge.errors.PreflightWarning`; otherwise it raises one
 :class:`~aneforge.errors.PreflightError` listing every violation.
 
-The sin/cos lowering (spec 004, "Special functions"): half-period polynomial forms built
-only from fused ops every family has (mul, add/sub, round, floor, select)::
-
-    n = round(x * fp16(1/pi))                          # nearest multiple of pi
-    r = (x - n * PI_HI) - n * PI_LO                     # Cody-Waite, r in [-pi/2, pi/2]
-    odd = n - 2 * floor(n * 0.5)                        # parity of n (exact, |n| <= 2048)
-    sin: p = r * S(r*r)     cos: p = C(r*r)             # Horner in fp16
-    y = select(odd, -p, p)                              # sin/cos(r + n*pi) = (-1)^n ...
-
-``PI_HI`` is pi truncated to 5 significant bits (3.125), so ``n * PI_HI`` and the first
-subtraction are exact for ``|n| <= 64`` (``|x|`` up to about 200); ``PI_LO`` is the rest.
-``S`` (degree 3 in r^2, an odd degree-7 form) and ``C`` (degree 4 in r^2) are fitted
-at import by least squares in float64 on Chebyshev nodes of [0, pi/2 + 0.01] (the margin
-covers the rounding of ``x/pi``). Accuracy: about 1e-3 absolute for ``|x| <= 200``
-(fp16-rounding-limited, as the spec says); beyond, ``x * (1/pi)`` and ``n * PI_HI``
-round and the error grows with ``|x|``.
+The sin/cos lowering (docs/numerics.md, section 9.6) is the half-period polynomial form
+of :mod:`aneforge.graph.ops.half_period`, built only from fused ops every family has.
 
 Example:
     >>> import aneforge as af
@@ -51,32 +40,28 @@ Example:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..errors import PreflightError
+from ..graph.facts import Role
+from ..graph.ops.half_period import (  # noqa: F401  (lives with sin/cos; its tests read it here)
+    COS_COEFFS,
+    PI_HI,
+    PI_LO,
+    SIN_COEFFS,
+    half_period,
+)
+from ..graph.registry import get_op
 from ..graph.rewrite import Rule, rewrite
-from ..graph.tensor import Tensor, make
+from ..graph.tensor import MAX_RANK, Tensor
+from ..targets.capability import capabilities
 from ..targets.names import resolve_target
 from .program import Program
 
-#: Rank limit of every family.
-MAX_RANK = 5
-#: Channel limit (axis 1) of every family.
-MAX_CHANNELS = 65536
-#: Spatial / contraction extent limits: through A15 (families 2-4) and at A16 (5).
-MAX_EXTENT = {2: 16384, 3: 16384, 4: 16384, 5: 65536}
-#: Conv kernel-width limits.
-MAX_KERNEL_WIDTH = {2: 13, 3: 13, 4: 13, 5: 15}
-#: op -> the lowest family that runs it natively.
-OP_FLOOR = {"sin": 4, "cos": 4, "topk": 3, "sort": 3, "dynamic_slice": 3}
-#: op -> the lowering compile applies below the floor (ops absent have none).
-LOWERINGS = {"sin": "half-period polynomial", "cos": "half-period polynomial"}
-
-_CONTRACTIONS = ("matmul", "bmm", "linear")
-_CONVS = ("conv", "conv_transpose")
+# The rank limit is the graph's own (graph.tensor.MAX_RANK); every other limit is the
+# target's capability record (Target.capability, data/families.json).
+_NEWEST = capabilities()[-1]  # the family with the widest limits, named in the messages
+_FIRST_MIL = min(c.family for c in capabilities() if c.has_mil)
 
 
 @dataclass(frozen=True)
@@ -164,12 +149,15 @@ def preflight(out, target) -> PreflightReport:
     """
     tgt = resolve_target(target)
     nodes = Program.coerce(out, "preflight").nodes
-    if tgt.family == 1:
+    cap = tgt.capability
+    if not cap.has_mil:
         msg = (
-            f"target {tgt.arch} is in capability family 1 (h11, h12, m9, t0), which has "
-            "no MIL path: no program compiles for it; pick a family 2+ target such as 'M1'"
+            f"target {tgt.arch} is in capability family {cap.family} "
+            f"({', '.join(cap.members)}), which has no MIL path: no program compiles for "
+            f"it; pick a family {_FIRST_MIL}+ target such as 'M1'"
         )
-        return PreflightReport(tgt.arch, 1, [Violation("no_mil", None, None, None, 2, 1, msg)])
+        no_mil = Violation("no_mil", None, None, None, _FIRST_MIL, cap.family, msg)
+        return PreflightReport(tgt.arch, cap.family, [no_mil])
     violations: list[Violation] = []
     for i, node in enumerate(nodes):
         violations.extend(_check(i, node, tgt))
@@ -204,7 +192,7 @@ def _where(i: int, node: Tensor) -> str:
 
 
 def _check(i: int, node: Tensor, tgt) -> list[Violation]:
-    fam, found = tgt.family, []
+    fam, cap, found = tgt.family, tgt.capability, []
     shape, where = node.shape, _where(i, node)
 
     def add(check, limit, value, text, lowering=None):
@@ -212,16 +200,16 @@ def _check(i: int, node: Tensor, tgt) -> list[Violation]:
 
     if len(shape) > MAX_RANK:
         add("rank", MAX_RANK, len(shape), f"{where}: rank {len(shape)} > {MAX_RANK}")
-    limit = MAX_EXTENT[fam]
+    limit = cap.max_extent
     for axis, extent in enumerate(shape):
         role = axis_role(len(shape), axis)
         if role == "channels":
-            if extent > MAX_CHANNELS:
+            if extent > cap.max_channels:
                 add(
                     "channels",
-                    MAX_CHANNELS,
+                    cap.max_channels,
                     extent,
-                    f"{where}: {extent} channels (axis {axis}) > {MAX_CHANNELS}; split "
+                    f"{where}: {extent} channels (axis {axis}) > {cap.max_channels}; split "
                     "the channels into groups",
                 )
         elif role == "spatial" and extent > limit:
@@ -230,9 +218,10 @@ def _check(i: int, node: Tensor, tgt) -> list[Violation]:
                 limit,
                 extent,
                 f"{where}: spatial extent {extent} on axis {axis} > {limit} on {tgt.arch} "
-                f"({tgt.tier} tier; {MAX_EXTENT[5]} from A16); tile that axis",
+                f"({tgt.tier} tier; {_NEWEST.max_extent} from {_NEWEST.tier}); tile that axis",
             )
-    if node.op in _CONTRACTIONS and node.srcs:
+    op = get_op(node.op)
+    if op.role is Role.MATMUL and node.srcs:
         k = node.srcs[0].shape[-1]
         if k > limit:
             add(
@@ -242,19 +231,20 @@ def _check(i: int, node: Tensor, tgt) -> list[Violation]:
                 f"{where}: contraction length {k} > {limit} on {tgt.arch} ({tgt.tier} "
                 "tier); split the contraction into partial products and add them",
             )
-    if node.op in _CONVS and len(node.srcs) >= 2:
-        kw, klim = node.srcs[1].shape[-1], MAX_KERNEL_WIDTH[fam]
+    if op.role is Role.CONV and len(node.srcs) >= 2:
+        kw, klim = node.srcs[1].shape[-1], cap.max_kernel_width
         if kw > klim:
             add(
                 "kernel_width",
                 klim,
                 kw,
                 f"{where}: kernel width {kw} > {klim} on {tgt.arch} ({tgt.tier} tier; "
-                f"{MAX_KERNEL_WIDTH[5]} at A16); split the kernel into narrower convs",
+                f"{_NEWEST.max_kernel_width} at {_NEWEST.tier}); split the kernel into "
+                "narrower convs",
             )
-    floor = OP_FLOOR.get(node.op)
-    if floor is not None and fam < floor:
-        lowering = LOWERINGS.get(node.op)
+    floor = op.min_family
+    if fam < floor:
+        lowering = None if op.below_floor is None else op.below_floor.name
         fix = (
             f"compile replaces it by its {lowering} form"
             if lowering
@@ -271,42 +261,7 @@ def _check(i: int, node: Tensor, tgt) -> list[Violation]:
     return found
 
 
-# ---- the sin / cos lowering -----------------------------------------------------------
-
-PI_HI = math.floor(math.pi * 8) / 8  # 3.125: 5 significant bits
-PI_LO = math.pi - PI_HI
-
-
-def _fit(powers: tuple[int, ...], fn, nodes: int = 64) -> tuple[float, ...]:
-    """Least-squares coefficients of sum c_i r^p_i ~ fn(r) on [0, pi/2 + 0.01]."""
-    hi = math.pi / 2 + 0.01
-    k = np.arange(nodes)
-    r = hi * (1 + np.cos((2 * k + 1) * np.pi / (2 * nodes))) / 2  # Chebyshev nodes
-    basis = np.stack([r**p for p in powers], axis=1)
-    coef, *_ = np.linalg.lstsq(basis, fn(r), rcond=None)
-    return tuple(float(c) for c in coef)
-
-
-#: sin(r) ~ r * (S0 + S1 r^2 + S2 r^4 + S3 r^6); cos(r) ~ C0 + C1 r^2 + ... + C4 r^8.
-SIN_COEFFS = _fit((1, 3, 5, 7), np.sin)
-COS_COEFFS = _fit((0, 2, 4, 6, 8), np.cos)
-
-
-def _horner(r2: Tensor, coeffs: tuple[float, ...]) -> Tensor:
-    p = r2 * coeffs[-1] + coeffs[-2]
-    for c in reversed(coeffs[:-2]):
-        p = p * r2 + c
-    return p
-
-
-def half_period(x: Tensor, fn: str) -> Tensor:
-    """``sin(x)`` or ``cos(x)`` (``fn``) as the half-period polynomial form."""
-    n = make("round", x * (1.0 / math.pi))
-    r = (x - n * PI_HI) - n * PI_LO
-    odd = n - make("floor", n * 0.5) * 2.0
-    r2 = r * r
-    p = r * _horner(r2, SIN_COEFFS) if fn == "sin" else _horner(r2, COS_COEFFS)
-    return make("select", odd, -p, p)
+# ---- lowering below the floor ---------------------------------------------------------
 
 
 def lower_below_floor(outs, report: PreflightReport):
@@ -317,16 +272,20 @@ def lower_below_floor(outs, report: PreflightReport):
     ops = tuple(sorted({v.op for v in report.lowerable}))
     if not ops:
         return list(outs)
-    rules = [
-        Rule(
-            f"{op}_half_period",
-            (op,),
-            lambda node, op=op: half_period(node.srcs[0], op),
-            False,
-            f"{op}(x) as the half-period polynomial form (native {op} needs A15)",
+    rules, rule_op = [], {}
+    for name in ops:
+        op = get_op(name)
+        low = op.below_floor
+        rule = Rule(
+            f"lower_{name}",
+            (name,),
+            low.build,
+            low.exactness,
+            f"{name}(x) as the {low.name} form (native {name} needs family {op.min_family})",
+            low.bound,
         )
-        for op in ops
-    ]
+        rules.append(rule)
+        rule_op[rule.name] = name
     new, rep = rewrite(list(outs), rules)
-    report.lowered = {r.split("_")[0]: c for r, c in rep.matches.items()}
+    report.lowered = {rule_op[r]: c for r, c in rep.matches.items()}
     return new

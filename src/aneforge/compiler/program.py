@@ -1,5 +1,11 @@
 """A compiled program: the graph's nodes in execution order, ready to run or inspect.
 
+A :class:`Program` is immutable once built: its fields (outputs, nodes, opt, target,
+output names and the :class:`PassReport` of the passes that made it) are set at
+construction, and a changed program is a new one (:meth:`Program.replace`). Views
+derived from the nodes (regions, layer names) are computed once, on first use; caches
+that depend on more than the program (the cost model's estimates) live outside it.
+
 Every node has a layer name (:attr:`Program.layer_names`, from
 :func:`aneforge.graph.naming.layer_names`): the name it was given, else ``{op}_{k}``;
 unique within the program and the same in every process.
@@ -16,7 +22,10 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 
 import numpy as np
 
@@ -26,6 +35,7 @@ from ..emulator.trace import trace
 from ..errors import DTypeError, InputError, OptionError, PrecisionWarning
 from ..graph.naming import layer_names, user_name
 from ..graph.registry import get_op
+from ..graph.rewrite import BIT_IDENTICAL
 from ..graph.tensor import Tensor
 from ..graph.walk import as_outputs, topological_order
 from .segment import segment
@@ -49,25 +59,103 @@ def register_exporter(fmt: str, writer) -> None:
     EXPORTERS[fmt] = writer
 
 
-class Program:
-    """An executable graph: nodes in a deterministic topological order.
-
-    Call it like a function: ``prog(*arrays, **named)`` takes inputs in creation order
-    (or by name), checks their shapes, casts them to fp16, runs on the device (the
-    emulator by default) and returns float32 arrays (a tuple for several outputs).
+@dataclass(frozen=True)
+class PassRecord:
+    """What one pass did when it ran.
 
     Attributes:
-        nodes: every node, sources included, in execution order.
-        inputs: the graph inputs in creation order.
+        id: the pass's namespaced id (``'route::select'``).
+        entries: the ``prog.passes`` entries it wrote (key -> report), read-only.
+        warnings: the warnings it issued, ``(category, message)`` pairs, in order.
+        exactness: the weakest exactness class of what it applied
+            (:data:`~aneforge.graph.rewrite.EXACTNESS`; ``'bit-identical'`` for a check).
+        noop: why it changed nothing, when it had nothing to do (else None).
+
+    Example:
+        >>> PassRecord("check::precision", {"precision": {"signal": 0.0}}).entries["precision"]
+        {'signal': 0.0}
+    """
+
+    id: str
+    entries: Mapping = field(default_factory=dict)
+    warnings: tuple = ()
+    exactness: str = BIT_IDENTICAL
+    noop: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "entries", MappingProxyType(dict(self.entries)))
+        object.__setattr__(self, "warnings", tuple(self.warnings))
+
+
+@dataclass(frozen=True)
+class PassReport:
+    """The passes that made a program: the pipeline's name, one :class:`PassRecord` per
+    pass that ran (in order) and the tuner's report (None unless it was tuned).
+
+    Example:
+        >>> rep = PassReport("O0", (PassRecord("check::precision", {"precision": {}}),))
+        >>> rep.ran, dict(rep.entries)
+        (('check::precision',), {'precision': {}})
+    """
+
+    pipeline: str | None = None
+    records: tuple = ()
+    tune: Mapping | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "records", tuple(self.records))
+
+    @property
+    def ran(self) -> tuple[str, ...]:
+        """The ids of the passes that ran, in order."""
+        return tuple(r.id for r in self.records)
+
+    @cached_property
+    def entries(self) -> Mapping:
+        """Every record's entries merged in run order (a later pass's entry for a key
+        replaces an earlier one's), read-only: this is ``prog.passes``."""
+        merged: dict = {}
+        for record in self.records:
+            merged.update(record.entries)
+        return MappingProxyType(merged)
+
+    @property
+    def warnings(self) -> tuple:
+        """``(pass id, category, message)`` for every warning the passes issued."""
+        return tuple((r.id, cat, msg) for r in self.records for cat, msg in r.warnings)
+
+
+#: The report of a program no pass touched.
+NO_PASSES = PassReport()
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """An executable graph: nodes in a deterministic topological order. Immutable.
+
+    Call it like a function: ``prog(*arrays, **named)`` takes inputs in creation order
+    (or by name, or as one dict of them by name), checks their shapes, casts them to
+    fp16, runs on the device (the emulator by default) and returns float32 arrays (a
+    tuple for several outputs).
+
+    Attributes:
         outputs: the output tensors, in the order given to :func:`compile`.
-        output_names: one name (or None) per output: ``compile(output_names=...)``, else
-            the names the output tensors had when they were given to :func:`compile`
-            (an optimizer pass may replace an output node; its name stays here). The
-            Core ML export names its outputs by them.
+        nodes: every node, sources included, in execution order (a tuple).
         opt: the optimization level it was compiled at.
         target: the :class:`~aneforge.targets.table.Target` it was compiled for (None:
             chip-independent). Running it on the emulator uses that target's per-chip
             numerics unless the device overrides them.
+        output_names: one name (or None) per output: ``compile(output_names=...)``, else
+            the names the output tensors had when they were given to :func:`compile`
+            (an optimizer pass may replace an output node; its name stays here). The
+            Core ML export names its outputs by them.
+        report: the :class:`PassReport` of the passes that made it; ``passes`` (its
+            merged entries, read-only) and ``tune_report`` (the tuner's report, or
+            None) are views of it.
+        inputs: the graph inputs in creation order (derived).
+        dead_after: per node index, the values no later node needs (derived).
+
+    Setting an attribute raises ``FrozenInstanceError``; :meth:`replace` gives a copy.
 
     Example:
         >>> import numpy as np, aneforge as af
@@ -75,27 +163,42 @@ class Program:
         >>> prog = af.compile(x * 3.0)
         >>> prog(np.array([1.0, 2.0]))
         array([3., 6.], dtype=float32)
+        >>> prog({"x": np.array([1.0, 2.0])})
+        array([3., 6.], dtype=float32)
     """
 
-    def __init__(
-        self, outputs: tuple[Tensor, ...], nodes: list[Tensor], opt, target=None, output_names=None
-    ):
-        self.outputs = tuple(outputs)
-        self.output_names = (
-            tuple(t.name for t in self.outputs) if output_names is None else tuple(output_names)
-        )
-        self.nodes = list(nodes)
-        self.opt = opt
-        self.target = target
-        self.inputs = sorted((n for n in self.nodes if n.op == "input"), key=lambda t: t._order)
-        self.dead_after = _dead_after(self.nodes, self.outputs)
-        self._regions = None
-        self.passes: dict = {}
-        self._estimates: dict = {}
-        self.tune_report: dict | None = None
+    outputs: tuple
+    nodes: tuple
+    opt: object = 0
+    target: object = None
+    output_names: tuple | None = None
+    report: PassReport = NO_PASSES
+    inputs: tuple = field(init=False, repr=False)
+    dead_after: tuple = field(init=False, repr=False)
+
+    def __post_init__(self):
+        outputs = tuple(self.outputs)
+        nodes = tuple(self.nodes)
+        names = self.output_names
+        names = tuple(t.name for t in outputs) if names is None else tuple(names)
+        if not isinstance(self.report, PassReport):
+            raise OptionError(
+                f"Program: report must be a PassReport, got {type(self.report).__name__}"
+            )
+        inputs = sorted((n for n in nodes if n.op == "input"), key=lambda t: t._order)
+        for key, value in (
+            ("outputs", outputs),
+            ("nodes", nodes),
+            ("output_names", names),
+            ("inputs", tuple(inputs)),
+            ("dead_after", _dead_after(nodes, outputs)),
+        ):
+            object.__setattr__(self, key, value)
 
     @classmethod
-    def from_outputs(cls, outputs, opt=0, target=None, output_names=None) -> Program:
+    def from_outputs(
+        cls, outputs, opt=0, target=None, output_names=None, report=NO_PASSES
+    ) -> Program:
         """A Program of ``outputs`` exactly as built: no passes, no checks, no warnings.
 
         This is how every layer below :func:`aneforge.compile` makes a Program.
@@ -107,7 +210,7 @@ class Program:
             1
         """
         outs = tuple(outputs)
-        return cls(outs, topological_order(outs), opt, target=target, output_names=output_names)
+        return cls(outs, topological_order(outs), opt, target, output_names, report)
 
     @classmethod
     def coerce(cls, out, caller: str = "compile") -> Program:
@@ -125,13 +228,65 @@ class Program:
             return out
         return cls.from_outputs(as_outputs(out, caller))
 
-    # ---- segmentation ------------------------------------------------------------------
+    def replace(self, **changes) -> Program:
+        """A copy with some of ``opt``, ``target``, ``output_names`` and ``report``
+        changed; it shares the graph and the views derived from it (a program of other
+        nodes is :meth:`from_outputs` of them).
+
+        Example:
+            >>> import aneforge as af
+            >>> prog = Program.from_outputs([af.input((2,)).exp()])
+            >>> tuned = prog.replace(opt=2)
+            >>> (prog.opt, tuned.opt), tuned.nodes is prog.nodes
+            ((0, 2), True)
+        """
+        allowed = ("opt", "target", "output_names", "report")
+        unknown = sorted(set(changes) - set(allowed))
+        if unknown:
+            raise OptionError(
+                f"Program.replace: cannot change {', '.join(unknown)}; it changes "
+                f"{', '.join(allowed)} (a program of other nodes is Program.from_outputs)"
+            )
+        if "report" in changes and not isinstance(changes["report"], PassReport):
+            raise OptionError(
+                "Program.replace: report must be a PassReport, got "
+                f"{type(changes['report']).__name__}"
+            )
+        if changes.get("output_names") is not None:
+            names = tuple(changes["output_names"])
+            if len(names) != len(self.outputs):
+                raise OptionError(
+                    f"Program.replace: {len(names)} output name(s) for "
+                    f"{len(self.outputs)} output(s)"
+                )
+            changes["output_names"] = names
+        elif "output_names" in changes:
+            changes["output_names"] = tuple(t.name for t in self.outputs)
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)  # the fields and the cached views
+        new.__dict__.update(changes)
+        return new
+
+    # ---- the pass report ---------------------------------------------------------------
     @property
+    def passes(self) -> Mapping:
+        """What the passes recorded, by key (``'routes'``, ``'variant'``,
+        ``'compression'``, ``'preflight'``, ``'divergence'``, ``'precision'``...),
+        read-only: :attr:`PassReport.entries` of :attr:`report`."""
+        return self.report.entries
+
+    @property
+    def tune_report(self) -> Mapping | None:
+        """The tuner's report of a tuned program (``af.tune``, ``compile(opt=2)``),
+        else None: :attr:`PassReport.tune` of :attr:`report`."""
+        return self.report.tune
+
+    # ---- segmentation ------------------------------------------------------------------
+    @cached_property
     def regions(self):
-        """Fused regions and bridge cuts in execution order (see ``compiler.segment``)."""
-        if self._regions is None:
-            self._regions = segment(self.nodes)
-        return self._regions
+        """Fused regions and bridge cuts in execution order (see ``compiler.segment``;
+        computed once)."""
+        return segment(self.nodes)
 
     @property
     def cuts(self) -> list[Tensor]:
@@ -241,7 +396,20 @@ class Program:
 
     # ---- running -----------------------------------------------------------------------
     def prepare_inputs(self, args, kwargs) -> list[np.ndarray]:
-        """Match ``args``/``kwargs`` to the inputs, check shapes, cast to fp16."""
+        """Match ``args``/``kwargs`` to the inputs, check shapes, cast to fp16.
+
+        One dict as the only argument gives the inputs by name, like keywords:
+        ``prog({"x": a})`` is ``prog(x=a)``.
+
+        Example:
+            >>> import numpy as np, aneforge as af
+            >>> x, y = af.input((2,), name="x"), af.input((2,), name="y")
+            >>> prog = af.compile(x - y)
+            >>> [a.tolist() for a in prog.prepare_inputs(({"y": [1, 1], "x": [3, 4]},), {})]
+            [[3.0, 4.0], [1.0, 1.0]]
+        """
+        if len(args) == 1 and isinstance(args[0], Mapping):
+            args, kwargs = (), self._by_name(args[0], kwargs)
         if len(args) > len(self.inputs):
             raise InputError(
                 f"program takes {len(self.inputs)} input(s) "
@@ -262,6 +430,22 @@ class Program:
         if missing:
             raise InputError(f"missing input(s): {', '.join(missing)}")
         return [_to_fp16(given[i], t) for i, t in enumerate(self.inputs)]
+
+    def _by_name(self, given: Mapping, kwargs) -> dict:
+        """The keyword inputs of a dict of inputs by name (plus any keywords)."""
+        names = [t.name for t in self.inputs if t.name]
+        bad = [k for k in given if not isinstance(k, str) or k not in names]
+        if bad:
+            known = ", ".join(f"'{n}'" for n in names) or "none (its inputs have no names)"
+            raise InputError(
+                f"program inputs given as a dict name {', '.join(map(repr, bad))}, which "
+                f"no input has; its named inputs are {known}: pass {{name: array}} with "
+                "those names, or the arrays in input order"
+            )
+        both = sorted(set(given) & set(kwargs))
+        if both:
+            raise InputError(f"input(s) {', '.join(both)} given both in the dict and by name")
+        return {**given, **kwargs}
 
     def run(self, *args, device=None, **kwargs):
         """Run on ``device`` (name or Device; default the emulator); fp16 arrays out."""
@@ -305,6 +489,11 @@ def _label(t: Tensor) -> str:
 
 
 def _to_fp16(value, t: Tensor) -> np.ndarray:
+    if isinstance(value, Mapping):
+        raise InputError(
+            f"input {_label(t)}: got a dict; a dict of inputs by name must be the only "
+            "argument (prog({'x': a})), or pass arrays by position or keyword"
+        )
     arr = np.asarray(value)
     if arr.dtype.kind not in "fiub":
         raise DTypeError(f"input {_label(t)}: dtype {arr.dtype} cannot be cast to fp16")
@@ -323,7 +512,7 @@ def _to_fp16(value, t: Tensor) -> np.ndarray:
     return out
 
 
-def _dead_after(nodes, outputs) -> list[list[Tensor]]:
+def _dead_after(nodes, outputs) -> tuple[tuple[Tensor, ...], ...]:
     """For each node index, the values no later node needs (freed after it runs)."""
     keep = {id(t) for t in outputs}
     last: dict[int, int] = {}
@@ -334,4 +523,4 @@ def _dead_after(nodes, outputs) -> list[list[Tensor]]:
     for n in nodes:
         if id(n) in last and id(n) not in keep:
             dead[last[id(n)]].append(n)
-    return dead
+    return tuple(tuple(d) for d in dead)

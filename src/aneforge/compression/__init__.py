@@ -40,10 +40,8 @@ from .codecs import (
 )
 from .weights import (
     COMPRESS_MODES,
-    CONV_TRANSPOSE_AXIS,
     DEFAULT_COMPRESS_ATOL,
     NATIVE_STREAMS,
-    WEIGHT_CHANNEL_AXIS,
     choose_encoding,
     compress_graph,
     encoded_weight,
@@ -63,7 +61,6 @@ ENCODING_BYTES = {"fp16": 2.0, "int8": 1.0, "int4": 0.5}
 
 __all__ = [
     "COMPRESS_MODES",
-    "CONV_TRANSPOSE_AXIS",
     "DEFAULT_COMPRESS_ATOL",
     "ENCODINGS",
     "ENCODING_BYTES",
@@ -71,7 +68,6 @@ __all__ = [
     "LUT_SIZE",
     "NATIVE_STREAMS",
     "SPARSE_MIN_ZEROS",
-    "WEIGHT_CHANNEL_AXIS",
     "Encoded",
     "channel_error",
     "choose_encoding",

@@ -1,7 +1,9 @@
 """Graph-level weight compression: which weights, which encoding, the gate, the report.
 
 Only the weight operand of a contraction is compressed (``x @ W``, ``linear``, ``conv``,
-``conv_transpose``): the weights the kernel DMA streams. Biases, norm parameters and
+``conv_transpose``: the ops whose record declares a ``weight_operand``, with the
+output-channel axis the per-channel encodings scale along): the weights the kernel DMA
+streams. Biases, norm parameters and
 scalar constants stay fp16. A compressed weight is a new ``weight`` node whose
 ``value`` holds the decoded fp16 values and whose attrs carry ``encoding`` and the
 metadata of :mod:`.codecs`.
@@ -24,8 +26,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.registry import all_ops, get_op
 from ..graph.rewrite import Rule, rewrite
 from ..graph.tensor import FrozenAttrs, Tensor
+from ..targets.capability import capabilities, capability
 from .codecs import (
     ENCODINGS,
     LOSSY_ENCODINGS,
@@ -40,34 +44,21 @@ from .codecs import (
     zero_fraction,
 )
 
-# Which operand of which op is a weight with output channels, and along which axis.
-WEIGHT_CHANNEL_AXIS = {"matmul": (1, -1), "linear": (1, 0), "conv": (1, 0)}
-CONV_TRANSPOSE_AXIS = ("conv_transpose", 1, 1)
-CONTRACTIONS = (*WEIGHT_CHANNEL_AXIS, CONV_TRANSPOSE_AXIS[0])
-
 COMPRESS_MODES = ("int8", "int4", "sparse", "auto")
 DEFAULT_COMPRESS_ATOL = 0.05
 
 _ALL = frozenset({"int8", "int4", "sparse"})
-# Encodings each engine family streams natively through the kernel DMA (spec 004,
-# "Accuracy-gated compression"): A13 (F2) int4 + sparse; A14 (F3) adds int8; A16 (F5)
-# all. A15 (F4) is not listed by the spec: capabilities only grow across families and
-# nothing is known that A15 adds over A14 among these three, so it streams A14's set,
-# which is all three. F1 has no ML-program path at all.
-NATIVE_STREAMS: dict[int, frozenset] = {
-    1: frozenset(),
-    2: frozenset({"int4", "sparse"}),
-    3: _ALL,
-    4: _ALL,
-    5: _ALL,
-}
+#: family -> the encodings it streams natively through the kernel DMA: a view of each
+#: family's capability record (``Capability.native_streams``, data/families.json, which
+#: gives the source; docs/compression.md, "Per-family native encodings").
+NATIVE_STREAMS: dict[int, frozenset] = {c.family: c.native_streams for c in capabilities()}
 
 
 def native_streams(family: int | None) -> frozenset:
     """Encodings ``family`` streams natively (all of them without a target)."""
     if family is None:
         return _ALL
-    return NATIVE_STREAMS[int(family)]
+    return capability(family).native_streams
 
 
 def weight_stream_bytes_exact(w: Tensor, family: int | None = None) -> int:
@@ -101,11 +92,13 @@ def int8_weight(w: Tensor, axis: int) -> Tensor:
 
 
 def _channel_axis(node: Tensor) -> tuple[int, int] | None:
-    if node.op in WEIGHT_CHANNEL_AXIS:
-        return WEIGHT_CHANNEL_AXIS[node.op]
-    if node.op == CONV_TRANSPOSE_AXIS[0]:
-        return CONV_TRANSPOSE_AXIS[1:]
-    return None
+    """(weight source index, output-channel axis) of ``node``'s record, or None."""
+    return get_op(node.op).weight_operand
+
+
+def weight_ops() -> tuple[str, ...]:
+    """The ops with a streamed weight operand (their records' ``weight_operand``)."""
+    return tuple(name for name, op in all_ops().items() if op.weight_operand is not None)
 
 
 def quantizable_weight_index(node: Tensor) -> int | None:
@@ -144,7 +137,7 @@ def rewrite_contraction_weights(out, choose, name: str = "contraction_weights"):
         srcs[index] = new
         return Tensor(node.op, srcs, node.attrs, node.shape)
 
-    rule = Rule(name, CONTRACTIONS, fn, False, "contraction weights compressed")
+    rule = Rule(name, weight_ops(), fn, False, "contraction weights compressed")
     single = isinstance(out, Tensor)
     outs, _ = rewrite([out] if single else list(out), [rule])
     return outs[0] if single else outs

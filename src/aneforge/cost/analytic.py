@@ -14,7 +14,7 @@ Per fused program (region) on chip ``T``::
 - ``compute_n = flops / (peak_T * u)`` for contractions,
   with the utilization
   ramp ``u = min(1, (flops / F_T) ** q)``: an op too small to fill every unit and
-  pipeline runs below peak (spec 000's h14 ramp, applied to every chip). matmul, linear
+  pipeline runs below peak (the specification's h14 ramp, applied to every chip). matmul, linear
   and bmm run at a fitted fraction of the convolution peak (the engine is a
   convolution engine and lowers a matmul less efficiently).
 - ``memory_T``: weights stream through the kernel DMA path at ``bw_kernel_T`` (at their
@@ -22,7 +22,9 @@ Per fused program (region) on chip ``T``::
   inputs and outputs through the data path at ``bw_data_T``. Intermediates of a fused
   region stay on chip (they are never charged). A matmul whose activation is a few rows
   (a GEMV) runs with the roles swapped: the small activation becomes the kernel and the
-  weight streams as data, whichever the compiler finds cheaper.
+  weight streams as data, whichever the compiler finds cheaper. "matmul" is the record's
+  ``role`` (``Role.MATMUL``: matmul, linear, bmm); the swap needs a streamed weight
+  operand too (the record's ``weight_operand``: matmul and linear).
 - Weights larger than the on-chip kernel buffer ``S_T`` are processed in buffer-sized
   slices, and the input activation is streamed again for every further slice through
   the shared fabric at ``restream_bw`` (large-GEMM falloff). Fused intermediates are
@@ -50,14 +52,14 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 
 import numpy as np
 
+from ..data import load as load_data
+from ..graph.facts import Flag, Role
 from ..graph.registry import get_op
 from ..targets.table import Target, get_target
 from .bridge import bridge_cost_us
@@ -65,7 +67,6 @@ from .calibration import constants
 from .roofline import node_bytes, node_flops, weight_bytes
 
 M1_ARCH = "h13"
-MATMUL_OPS = ("matmul", "linear", "bmm")
 FP16 = 2
 
 
@@ -93,9 +94,8 @@ class AnalyticParams:
 
 @lru_cache(maxsize=1)
 def fitted_params() -> AnalyticParams:
-    """The bundled fit (``data/analytic_model.json``)."""
-    text = resources.files("aneforge.data").joinpath("analytic_model.json").read_text()
-    return AnalyticParams(**json.loads(text)["params"])
+    """The bundled fit (``data/analytic_model.json``, read by :func:`aneforge.data.load`)."""
+    return AnalyticParams(**load_data("analytic_model.json")["params"])
 
 
 @dataclass(frozen=True)
@@ -154,9 +154,9 @@ def is_pass(node, inside) -> bool:
     are ``inside``: views never do; a pointwise op (``elementwise`` or ``pointwise``
     flag) does only when none of its activation inputs is produced in the region."""
     flags = get_op(node.op).flags
-    if "view" in flags:
+    if Flag.VIEW in flags:
         return False
-    if "elementwise" in flags or "pointwise" in flags:
+    if Flag.ELEMENTWISE in flags or Flag.POINTWISE in flags:
         return not any(id(s) in inside for s in node.srcs if s.op != "weight")
     return True
 
@@ -194,13 +194,15 @@ def region_load(
     cols = []
     for n in nodes:
         resident = id(n) in used_inside and id(n) not in outputs
+        op = get_op(n.op)
+        matmul = op.role is Role.MATMUL
         cols.append((
             node_flops(n),
             weight_bytes(n, int8, family),
             FP16 * sum(s.size for s in n.srcs if s.op != "weight" and id(s) not in inside),
             0.0 if resident else FP16 * n.size,
-            n.op in ("matmul", "linear") and _rows(n) <= swap_rows,
-            n.op in MATMUL_OPS,
+            matmul and op.weight_operand is not None and _rows(n) <= swap_rows,
+            matmul,
             is_pass(n, inside),
         ))  # fmt: skip
     flops, w, acts, out, swap, mm, passes = (np.array(c, float) for c in zip(*cols))

@@ -1,7 +1,8 @@
 """Measured per-config latencies of the bridge ops, interpolated by a work scalar.
 
 Each measured key (e.g. ``"sdpa H=8 S=128 D=64"``, ``"argmax [4,512]"``) is parsed into
-a *work scalar*, a monotone measure of the op's size for its family: attention MACs
+a *work scalar*, a monotone measure of the op's size for its family, by the op record's
+``work`` rule (:class:`~aneforge.graph.facts.Work`; this module parses the key): attention MACs
 ``H*S^2*D`` for sdpa, elements for the shape-keyed families (``[C,W]``, ``[C,H,W]``),
 ``H*W*th*tw`` for cross_correlation, ``N*k`` for fps, ``N*Nc`` for radius_search, the
 window ``size`` for input_view/dynamic_slice, ``W`` for scaled_elementwise and ``Wa*R``
@@ -24,6 +25,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..graph.facts import ELEMENTS, Work
+from ..graph.registry import all_ops
 from ..graph.tensor import Tensor
 from .calibration import constants
 
@@ -39,49 +42,27 @@ def _fields(key: str) -> dict[str, float]:
 
 
 def parse_work(family: str, key: str) -> float | None:
-    """The work scalar of one measured key, or None when the key carries no size."""
+    """The work scalar of one measured key (the op record's ``work.of_key``), or None
+    when the key carries no size."""
     op = family.removeprefix("bridge_")
-    f = _fields(key)
     shape = _SHAPE.search(key)
     elems = float(np.prod([float(v) for v in shape.group(1).split(",")])) if shape else None
-    if op == "sdpa":
-        return f["H"] * f["S"] ** 2 * f["D"]
-    if op == "cross_correlation" and elems is not None:
-        return elems * f.get("t", 1.0)
-    if op == "fps":
-        return f["N"] * f["k"]
-    if op == "radius_search":
-        return f["N"] * f["Nc"]
-    if op in ("input_view", "dynamic_slice"):
-        return f.get("size")
-    if op == "scaled_elementwise":
-        return f.get("W")
-    if op == "cost_volume":
-        return f["Wa"] * f["R"]
-    return elems
+    return _work(op).of_key(_fields(key), elems)
 
 
 def node_work(node: Tensor) -> float | None:
-    """The work scalar of a bridge node, on the same scale as :func:`parse_work`."""
-    op, x = node.op, node.srcs[0] if node.srcs else node
-    if op == "sdpa":
-        q, k = node.srcs[0].shape, node.srcs[1].shape
-        heads = float(np.prod(q[:-2])) if len(q) > 2 else 1.0
-        return heads * q[-2] * k[-2] * q[-1]
-    if op == "cross_correlation":
-        t = node.srcs[1].shape
-        return float(x.size) / max(x.shape[1], 1) * t[-2] * t[-1]
-    if op == "fps":
-        return float(x.shape[-2]) * node.shape[-1]
-    if op == "radius_search":
-        return float(node.srcs[0].shape[-2]) * node.srcs[1].shape[-2]
-    if op in ("input_view", "dynamic_slice"):
-        return float(node.size)
-    if op == "scaled_elementwise":
-        return float(node.size)
-    if op == "cost_volume":
-        return float(x.shape[-1]) * node.shape[1]
-    return float(x.size)
+    """The work scalar of a bridge node (its record's ``work.of_node``), on the same scale
+    as :func:`parse_work`."""
+    in_shapes = [s.shape for s in node.srcs] or [node.shape]
+    return _work(node.op).of_node(in_shapes, node.shape, node.attrs)
+
+
+def _work(op: str) -> Work:
+    """The work rule of ``op``: its record's, or the input's elements for an op that
+    has none (a fused op, a measured family no op is registered for)."""
+    ops = all_ops()
+    work = ops[op].work if op in ops else None
+    return ELEMENTS if work is None else work
 
 
 @lru_cache(maxsize=1)

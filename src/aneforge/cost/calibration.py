@@ -1,8 +1,10 @@
-"""The default cost model's constants: the bundled fit, or documented defaults.
+"""The default cost model's constants, from the bundled fit.
 
 ``data/cost_model.json`` is written by ``scripts/fit_cost_model.py`` from the measured
-ANE latency corpus; when it is absent (or unreadable) the defaults below apply, each
-the mid value spec 000 documents.
+ANE latency corpus and ships with aneforge. It is read once (through
+:func:`aneforge.data.load`); a missing, unparsable or incomplete file, or a constant
+that is not positive, is a broken installation and raises
+:class:`~aneforge.errors.BundledDataError`.
 
 Example:
     >>> from aneforge.cost.calibration import constants
@@ -12,57 +14,64 @@ Example:
 
 from __future__ import annotations
 
-import json
-import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 
-from ..errors import AneforgeWarning
+from ..data import SCHEMAS, load
+from ..errors import BundledDataError
 
-DEFAULTS = {
-    "floor_us": 63.3,  # smallest fused-op min latency (M5 corpus)
-    "cut_us": 200.0,  # composition probe ~150-300 us; 200 documented mid
-    "bw_bytes_per_us": 1.1e5,  # K=4096 GEMV streams 32 MiB in ~293 us
-    "flops_per_us": 1.45e7,  # conv C=512: 4.83 GFLOP in ~334 us
-    "act_bw_bytes_per_us": 2.1e4,  # relu (256, 1024): 1 MiB in and out in ~50 us
-    "layer_us": 2.0,  # fixed cost of one engine pass (not in the spec; a small guess)
-}
+FILE = "cost_model.json"
+#: The constants the file holds, each a positive number (its schema's keys, less the
+#: bridge table).
+CONSTANT_KEYS = tuple(k for k in SCHEMAS[FILE].keys if k != "bridge_ops")
 
 
 @dataclass(frozen=True)
 class Constants:
     """Calibrated constants of the default (measured, M5-class) cost model."""
 
-    floor_us: float
-    cut_us: float
-    bw_bytes_per_us: float
-    flops_per_us: float
-    act_bw_bytes_per_us: float = DEFAULTS["act_bw_bytes_per_us"]  # activation I/O path
-    layer_us: float = DEFAULTS["layer_us"]  # fixed cost of one engine pass
+    floor_us: float  # smallest fused-op latency
+    cut_us: float  # the cost of one bridge cut (the smallest bridge latency)
+    bw_bytes_per_us: float  # weight streaming bandwidth
+    flops_per_us: float  # contraction throughput
+    act_bw_bytes_per_us: float  # activation I/O path
+    layer_us: float  # fixed cost of one engine pass
     bridge_ops: tuple = field(default=())
-    source: str = "defaults (spec 000)"
+    source: str = "given by the caller"
+
+
+def _broken(what: str) -> BundledDataError:
+    return BundledDataError(
+        f"aneforge's bundled data file {FILE} {what}: the installation is broken; "
+        f"reinstall aneforge (the file is {SCHEMAS[FILE].origin})"
+    )
+
+
+def from_data(data) -> Constants:
+    """The :class:`Constants` of the contents of a ``cost_model.json`` (as
+    :func:`aneforge.data.load` returns them); a bad value raises
+    :class:`~aneforge.errors.BundledDataError`.
+
+    Example:
+        >>> from aneforge.data import load
+        >>> from_data(load("cost_model.json")) == constants()
+        True
+    """
+    try:
+        values = {k: float(data[k]) for k in CONSTANT_KEYS}
+        rows = tuple(
+            (str(r["family"]), str(r["key"]), float(r["min_us"])) for r in data["bridge_ops"]
+        )
+        source = str(data["_source"]["fitted_by"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise _broken(f"holds a malformed entry ({type(err).__name__}: {err})") from None
+    bad = {k: v for k, v in values.items() if not v > 0}
+    if bad:
+        raise _broken(f"holds non-positive constants {bad}")
+    return Constants(**values, bridge_ops=rows, source=source)
 
 
 @lru_cache(maxsize=1)
 def constants() -> Constants:
-    """Load the bundled calibration once; fall back to :data:`DEFAULTS` if it is absent."""
-    try:
-        text = resources.files("aneforge.data").joinpath("cost_model.json").read_text()
-        data = json.loads(text)
-        values = {k: float(data[k]) for k in DEFAULTS}
-        if any(v <= 0 for v in values.values()):
-            raise ValueError("non-positive constant")
-        rows = tuple(
-            (str(r["family"]), str(r["key"]), float(r["min_us"])) for r in data["bridge_ops"]
-        )
-        return Constants(**values, bridge_ops=rows, source=data["_source"]["fitted_by"])
-    except FileNotFoundError:
-        return Constants(**DEFAULTS)
-    except (ValueError, KeyError, TypeError) as err:
-        warnings.warn(
-            f"aneforge: bundled cost_model.json is unreadable ({err}); using defaults",
-            AneforgeWarning,
-            stacklevel=2,
-        )
-        return Constants(**DEFAULTS)
+    """The bundled calibration, read once."""
+    return from_data(load(FILE))

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -238,6 +239,11 @@ def roofs(target=None) -> dict:
     }
 
 
+#: The estimates of each Program, by (int8, constants, target): outside the Program, and
+#: dropped with it (an estimate is a function of the immutable program and those keys).
+_ESTIMATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 @paused_gc()  # one record per layer: see aneforge.gcpause
 def estimate_breakdown(
     out, int8: bool = False, calibration: Constants | None = None, target=None
@@ -252,7 +258,7 @@ def estimate_breakdown(
     Example:
         >>> import numpy as np, aneforge as af
         >>> x = af.input((1, 3, 64, 64))
-        >>> y = af.conv(x, np.zeros((32, 3, 3, 3)), pad=1).relu()
+        >>> y = af.conv(x, np.zeros((32, 3, 3, 3)), padding=1).relu()
         >>> [(n.name, n.op, n.bound) for n in af.estimate_breakdown(y, target="M1").nodes]
         [('conv_0', 'conv', 'compute'), ('relu_0', 'relu', 'activations')]
     """
@@ -260,7 +266,8 @@ def estimate_breakdown(
     tgt = None if target is None else resolve_target(target)
     c = calibration or constants()
     memo_key = (bool(int8), c, tgt)  # a chip's memory makes M4 and M4 Max two keys
-    cached = given._estimates.get(memo_key)
+    memo = _ESTIMATES.setdefault(given, {})
+    cached = memo.get(memo_key)
     if cached is not None:
         return cached
     prog = given
@@ -274,7 +281,7 @@ def estimate_breakdown(
     result = _price(prog, chip, family, int8 and tgt is None, c)
     result.target = None if tgt is None else tgt.arch
     result.chip = None if tgt is None else tgt.chip
-    given._estimates[memo_key] = result  # programs do not change after compile
+    memo[memo_key] = result  # a Program is immutable: its estimate never goes stale
     return result
 
 
@@ -348,12 +355,18 @@ def estimate(out, int8: bool = False, target=None) -> float:
     return estimate_breakdown(out, int8, target=target).total_us
 
 
-def warn_if_floor_dominated(prog) -> None:
-    """Warn (``DispatchFloorWarning``) when dispatch floors dominate ``prog``'s analytic
-    estimate on its target (or on :data:`DEFAULT_CHIP` when it has none).
+def floor_dominated_message(prog) -> str | None:
+    """The warning line when dispatch floors dominate ``prog``'s analytic estimate on its
+    target (or on :data:`DEFAULT_CHIP` when it has none), else None.
 
     Runs at every compile, so it prices the program's totals only (no per-layer
-    records, no preflight: compile has checked the target already)."""
+    records, no preflight: compile has checked the target already).
+
+    Example:
+        >>> import aneforge as af
+        >>> floor_dominated_message(Program.from_outputs([af.input((8,)).relu()]))[:9]
+        'predicted'
+    """
     tgt = resolve_target(prog.target if prog.target is not None else DEFAULT_CHIP)
     chip = chip_constants(tgt)
     loads = program_loads(prog, tgt.family, chip.swap_rows)
@@ -361,15 +374,22 @@ def warn_if_floor_dominated(prog) -> None:
     n_regions = sum(isinstance(load, RegionLoad) for load in loads)
     floors = n_regions * chip.overhead_us
     share = floors / total if total else 0.0
-    if share >= FLOOR_DOMINATED_SHARE:
-        warnings.warn(
-            f"predicted {total:.0f} us on {tgt.arch} is {share:.0%} "
-            f"dispatch floor ({n_regions} region(s) x {chip.overhead_us:.0f} us): per-call "
-            "overhead dominates. Batch more samples per call or chain more ops into one "
-            "program; threads do not help (dispatch is single-in-flight).",
-            DispatchFloorWarning,
-            stacklevel=3,  # warn_if_floor_dominated <- compile <- the user's call
-        )
+    if share < FLOOR_DOMINATED_SHARE:
+        return None
+    return (
+        f"predicted {total:.0f} us on {tgt.arch} is {share:.0%} "
+        f"dispatch floor ({n_regions} region(s) x {chip.overhead_us:.0f} us): per-call "
+        "overhead dominates. Batch more samples per call or chain more ops into one "
+        "program; threads do not help (dispatch is single-in-flight)."
+    )
+
+
+def warn_if_floor_dominated(prog) -> None:
+    """Warn (``DispatchFloorWarning``) with :func:`floor_dominated_message` when there
+    is one (compile's ``warn::dispatch_floor`` pass gives the same warning)."""
+    message = floor_dominated_message(prog)
+    if message:
+        warnings.warn(message, DispatchFloorWarning, stacklevel=2)
 
 
 __all__ = ["DEFAULT_CHIP", "Estimate", "NodeCost", "estimate", "estimate_breakdown", "roofs"]

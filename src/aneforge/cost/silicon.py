@@ -29,10 +29,10 @@ import csv
 import io
 import math
 from dataclasses import dataclass
-from importlib import resources
 
 import numpy as np
 
+from ..data import text as bundled_text
 from ..graph import api
 from ..graph.tensor import input as graph_input
 from ..graph.tensor import weight
@@ -74,7 +74,7 @@ def load_rows(text: str | None = None, bundled: str = CALIBRATION) -> list[Silic
     """Parse ``text`` (CSV in the calibration format) or, without it, the bundled file
     ``bundled`` (:data:`CALIBRATION` or :data:`PUBLISHED`)."""
     if text is None:
-        text = resources.files("aneforge.data").joinpath(bundled).read_text()
+        text = bundled_text(bundled)
     rows = []
     for r in csv.DictReader(io.StringIO(text)):
         dims = {
@@ -136,7 +136,7 @@ def load_model_rows(text: str | None = None) -> list[ModelRow]:
         True
     """
     if text is None:
-        text = resources.files("aneforge.data").joinpath(MODELS).read_text()
+        text = bundled_text(MODELS)
     rows = []
     for r in csv.DictReader(io.StringIO(text)):
         role = r["role"].strip()
@@ -175,7 +175,7 @@ def build_workload(row: SiliconRow):
         y, cin, k = x, d["C_in"], d["kernel"]
         for _ in range(d.get("layers", 1)):
             w = weight(np.zeros((d["C_out"], cin, k, k), np.float16))
-            y = api.conv(y, w, pad=k // 2)
+            y = api.conv(y, w, padding=k // 2)
             cin = d["C_out"]
         return y
     raise ValueError(f"unknown workload '{row.workload}'")

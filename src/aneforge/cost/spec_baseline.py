@@ -1,14 +1,15 @@
 """The spec's own analytic formula and constants, kept as the accuracy baseline.
 
 ``t = overhead + max(flops / peak, bytes / bw)`` per fused program, with the three
-silicon anchors of spec 000: h13 (M1) peak 3.25 TFLOP/s, BW 9.0 GB/s, overhead 0.22 ms;
-h14 (M2 Pro) peak 7.24 TFLOP/s with the ramp ``peak * min(1, (flops / 1.8e10) ** 0.38)``,
-its BW and overhead scaled from h13 by the spec's rules (BW by core count, overhead by
-clock); h17s (M5) BW 57 GB/s, floor 110 us, peak 8.9 TFLOP/s. Bytes are the generic
-(inputs + weights + output) x 2 of every node. Every other architecture takes its
-anchor (:func:`aneforge.targets.anchor_for`) scaled by the spec's rules: overhead by the
-operating clock, bandwidth by the core count, peak (and the ramp's F) by cores x
-effective clock.
+silicon anchors as ``data/anchors.json`` holds them (the file
+:data:`aneforge.targets.ANCHORS` is; docs/targets.md tabulates it): h13 (M1) with its
+peak, bandwidth and overhead; h14 (M2 Pro) with its peak and the utilization ramp
+``peak * min(1, (flops / F) ** q)``, its bandwidth and overhead scaled from h13 by the
+spec's rules (bandwidth by core count, overhead by clock); h17s (M5) with all three.
+Bytes are the generic (inputs + weights + output) x 2 of every node. Every other
+architecture takes its anchor (:func:`aneforge.targets.anchor_for`) scaled by the spec's
+rules: overhead by the operating clock, bandwidth by the core count, peak (and the
+ramp's F) by cores x effective clock.
 
 Example:
     >>> import numpy as np, aneforge as af
@@ -21,22 +22,32 @@ Example:
 from __future__ import annotations
 
 from ..compiler.program import Program
-from ..targets.projection import anchor_for
+from ..targets.projection import ANCHORS, REFERENCE_ARCH, anchor_for
 from ..targets.table import get_target
 from .roofline import node_bytes, node_flops
 
-# arch -> (overhead us, peak flop/us, bw bytes/us, ramp (F, q) or None)
-_M1 = get_target("h13")
-SPEC_ANCHORS = {
-    "h13": (220.0, 3.25e6, 9.0e3, None),
-    "h14": (
-        220.0 * _M1.clock_hz / get_target("h14").clock_hz,
-        7.24e6,
-        9.0e3 * get_target("h14").cores / _M1.cores,
-        (1.8e10, 0.38),
-    ),
-    "h17s": (110.0, 8.9e6, 5.7e4, None),
-}
+TFLOPS = 1e6  # TFLOP/s in flop/us
+GB_S = 1e3  # GB/s in bytes/us
+
+
+def _spec_anchor(arch: str) -> tuple:
+    """The spec formula's constants on anchor ``arch`` (``data/anchors.json``): its own
+    figures where the spec quotes them, else the M1's (h13) scaled by the spec's rules,
+    the overhead by the operating clock and the bandwidth by the core count."""
+    a, m1 = ANCHORS[arch], ANCHORS[REFERENCE_ARCH]
+    t, ref = get_target(arch), get_target(REFERENCE_ARCH)
+    overhead = a["floor_us"]
+    if overhead is None:
+        overhead = m1["floor_us"] * ref.clock_hz / t.clock_hz
+    bw = a["bw_gb_s"] * GB_S if a["bw_gb_s"] is not None else None
+    if bw is None:
+        bw = m1["bw_gb_s"] * GB_S * t.cores / ref.cores
+    ramp = (a["ramp"]["F"], a["ramp"]["q"]) if a["ramp"] else None
+    return (overhead, a["peak_tflops"] * TFLOPS, bw, ramp)
+
+
+#: arch -> (overhead us, peak flop/us, bw bytes/us, ramp (F, q) or None) of each anchor.
+SPEC_ANCHORS = {arch: _spec_anchor(arch) for arch in ANCHORS}
 
 
 def spec_constants(arch: str) -> tuple:

@@ -1,13 +1,14 @@
 """Per-chip numerics: the measured behaviour that differs by capability family.
 
 The generic model (``target=None``, docs/numerics.md sections 1-7) is chip-independent.
-A target adds the per-family cliffs of spec 004 ("Cross-chip fp16 divergence", "The
-dynamic-range walls") and GUIDE section 3 rule 5, all in one record,
+A target adds the measured per-family cliffs (docs/numerics.md, section 9), all in one
+record,
 :class:`ChipNumerics`, looked up by :func:`chip_numerics`. The executors apply it at
 exactly three points and nowhere else:
 
 1. **Crop-DMA saturation** (families 2 and 3, the A13/A14 tiers): a width-offset slice,
-   a ``slice`` or ``input_view`` whose begin on the last axis is not 0, rides the x16
+   a ``slice`` or ``input_view`` (the ops whose record has a ``width_begin`` rule) whose
+   begin on the last axis is not 0, rides the x16
    fixed-point (Q.4) crop-DMA, so every sliced value with ``|v| > 4094`` (= 65504/16)
    becomes +-inf, sign kept. Families 4 and 5 take a clean route. (:meth:`finish`)
 2. **Reduction route** (192 terms on families 2/3, 384 on 4/5): every narrow fp16
@@ -39,16 +40,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import OptionError, PreflightError
-from ..graph.fp16 import FP16_MAX, reduction_route
+from ..errors import PreflightError
+from ..graph.fp16 import reduction_route
+from ..graph.registry import get_op
+from ..targets.capability import Capability, capabilities, capability
 from ..targets.names import resolve_target
 
-#: The crop-DMA's usable magnitude: fp16's maximum over the Q.4 scale of 16 (spec 004).
-CROP_DMA_LIMIT = FP16_MAX / 16  # 4094.0
-#: The contraction output stage's usable magnitude (GUIDE 3.5): the largest fp16 < 2^15.
-MATMUL_LIMIT = 32752.0
-#: The ops that move data through the crop-DMA when they start off the width origin.
-CROP_OPS = ("slice", "input_view")
+#: The crop-DMA's usable magnitude on the families that clamp: fp16's maximum over the
+#: Q.4 scale of 16, 4094 (``data/families.json``, ``crop_dma_limit``; docs/numerics.md 9.1).
+CROP_DMA_LIMIT = next(c.crop_dma_limit for c in capabilities() if c.crop_dma_limit)
+#: The contraction output stage's usable magnitude: the largest fp16 below 2^15, 32752
+#: (``data/families.json``, ``matmul_limit``; docs/numerics.md 9.3).
+MATMUL_LIMIT = next(c.matmul_limit for c in capabilities() if c.matmul_limit)
 
 
 @dataclass(frozen=True)
@@ -93,31 +96,31 @@ class ChipNumerics:
         return value
 
 
-# Spec 004: the route threshold "192 on A13/A14 vs 384 on A15+"; the crop-DMA "A13/A14
-# x16 fixed-point" (the divergence section names A13 only; the dynamic-range section
-# and the issue name A13/A14, which is followed here); GUIDE 3.5: matmul saturation.
-_FAMILIES = {
-    2: ChipNumerics(2, "A13", 192, CROP_DMA_LIMIT, MATMUL_LIMIT),
-    3: ChipNumerics(3, "A14", 192, CROP_DMA_LIMIT, MATMUL_LIMIT),
-    4: ChipNumerics(4, "A15", 384, None, MATMUL_LIMIT),
-    5: ChipNumerics(5, "A16", 384, None, MATMUL_LIMIT),
-}
+def _numerics(c: Capability) -> ChipNumerics:
+    return ChipNumerics(c.family, c.tier, c.reduction_route, c.crop_dma_limit, c.matmul_limit)
+
+
+# One record per family with a MIL path, from its capability record: data/families.json
+# gives each number's source (docs/numerics.md, sections 9.1-9.3).
+_FAMILIES = {c.family: _numerics(c) for c in capabilities() if c.has_mil}
 
 #: Names that ask explicitly for the generic, chip-independent model.
 GENERIC_NAMES = ("generic",)
 
 
 def family_numerics(family: int) -> ChipNumerics:
-    """The record of a capability family (2..5)."""
-    if family == 1:
+    """The record of a capability family (2..5).
+
+    A family without a MIL path raises :class:`~aneforge.errors.PreflightError`; an
+    unknown family :class:`~aneforge.errors.OptionError`.
+    """
+    cap = capability(family)
+    if not cap.has_mil:
         raise PreflightError(
-            "capability family 1 (h11, h12, m9, t0) has no MIL path: no program compiles "
-            "or runs there; pick a target of family 2 or later (e.g. 'M1')"
+            f"capability family {cap.family} ({', '.join(cap.members)}) has no MIL path: no "
+            "program compiles or runs there; pick a target of family 2 or later (e.g. 'M1')"
         )
-    try:
-        return _FAMILIES[family]
-    except KeyError:
-        raise OptionError(f"unknown capability family {family!r}; families are 1..5") from None
+    return _FAMILIES[cap.family]
 
 
 def chip_numerics(target) -> ChipNumerics | None:
@@ -144,17 +147,12 @@ def saturate(value: np.ndarray, limit: float) -> np.ndarray:
 
 
 def width_begin(node) -> int:
-    """The begin on the last axis of a ``slice`` / ``input_view`` node (0 otherwise)."""
-    if node.op not in CROP_OPS or not node.srcs:
+    """The begin on the last axis of a node reading through the crop-DMA (its record's
+    ``width_begin`` rule: ``slice``, ``input_view``); 0 for every other node."""
+    rule = get_op(node.op).width_begin
+    if rule is None or not node.srcs:
         return 0
-    begins = node.attrs.get("begins") or ()
-    if not begins:
-        return 0
-    if node.op == "slice":
-        width = node.srcs[0].shape[-1]
-        steps = node.attrs.get("steps") or (1,) * len(begins)
-        return slice(begins[-1], None, steps[-1]).indices(width)[0]
-    return int(begins[-1])
+    return int(rule([s.shape for s in node.srcs], node.attrs))
 
 
 def is_width_offset(node) -> bool:

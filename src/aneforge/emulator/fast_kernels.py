@@ -39,18 +39,50 @@ from ..graph.fp16 import round_fp16
 from ..graph.ops.norm import _batch_norm_emulate
 from . import gemm as _gemm
 
-# numba as the gemm module imported it (None when it could not): one import decision for
-# every compiled kernel, so this module never defines kernels on top of a gemm module
-# that has none.
-numba, llir, nbtypes, intrinsic = _gemm.numba, _gemm.llir, _gemm.nbtypes, _gemm.intrinsic
+# numba as the gemm module imports it (_gemm.load_numba(), on first use; None until then
+# and when it cannot): one import decision for every compiled kernel, so this module
+# never defines kernels on top of a gemm module that has none.
+numba = llir = nbtypes = intrinsic = None
 
 __all__ = ["FAST_KERNELS", "batch_norm_fast"]
 
 _FORCE_PORTABLE = os.environ.get(_gemm._PORTABLE_ENV, "") not in ("", "0")
 _SERIAL_ELEMENTS = 1 << 16  # below this, waking the thread pool costs more than it saves
+_load_lock = threading.Lock()
 
 
-if numba is not None:
+# Set by _define_kernels once numba has imported: the compiled _bn_kernel_py, parallel
+# and serial.
+_h2f = _r16 = _f32_to_f16_bits = _bn_par_jit = _bn_ser_jit = None
+
+
+def _bn_par(*args):
+    """Run the parallel compiled batch_norm kernel (:func:`_bn_kernel_py`)."""
+    _bn_par_jit(*args)
+
+
+def _bn_ser(*args):
+    """Run the serial compiled batch_norm kernel (:func:`_bn_kernel_py`)."""
+    _bn_ser_jit(*args)
+
+
+def _load() -> bool:
+    """Import numba through the gemm module and define this module's kernels, once;
+    True when numba is there."""
+    global numba, llir, nbtypes, intrinsic
+    with _load_lock:
+        if _gemm.load_numba() is None:
+            return False
+        if numba is None:
+            g = _gemm
+            numba, llir, nbtypes, intrinsic = g.numba, g.llir, g.nbtypes, g.intrinsic
+            _define_kernels()
+    return True
+
+
+def _define_kernels() -> None:
+    """Define the numba intrinsics and the kernels (each compiled on its first call)."""
+    global _h2f, _r16, _f32_to_f16_bits, _bn_par_jit, _bn_ser_jit
 
     @intrinsic
     def _h2f(typingctx, bits):
@@ -82,39 +114,40 @@ if numba is not None:
 
     _f32_to_f16_bits = _gemm._f32_to_f16_bits
 
-    def _bn_kernel_py(x, mean, r, w, b, out, flags):
-        """out[k] = batch_norm of x[k] (rows are (n, c) blocks); flags[k] = row non-finite.
-
-        ``x``/``out`` are (N*C, S) uint16 fp16 bits; ``mean``, ``r``, ``w``, ``b`` are (C,)
-        float32 holding fp16 values. Branch-free inner loop, so LLVM vectorizes it.
-        """
-        nblk, size = x.shape
-        nc = mean.shape[0]
-        for k in numba.prange(nblk):
-            c = k % nc
-            mc = mean[c]
-            rc = r[c]
-            wc = w[c]
-            bc = b[c]
-            src = x[k]
-            dst = out[k]
-            hi = np.uint16(0)
-            for i in range(size):
-                v = src[i]
-                hi = max(hi, v & np.uint16(0x7FFF))
-                y = _r16(_h2f(v) - mc)
-                y = _r16(y * rc)
-                y = _r16(y * wc)
-                dst[i] = _f32_to_f16_bits(y + bc)
-            flags[k] = hi >= np.uint16(0x7C00)
-
     _cache = not _FORCE_PORTABLE
     try:
-        _bn_par = numba.njit(parallel=True, nogil=True, cache=_cache)(_bn_kernel_py)
-        _bn_ser = numba.njit(nogil=True, cache=_cache)(_bn_kernel_py)
+        _bn_par_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_bn_kernel_py)
+        _bn_ser_jit = numba.njit(nogil=True, cache=_cache)(_bn_kernel_py)
     except Exception:  # no writable cache location: compile per process instead
-        _bn_par = numba.njit(parallel=True, nogil=True)(_bn_kernel_py)
-        _bn_ser = numba.njit(nogil=True)(_bn_kernel_py)
+        _bn_par_jit = numba.njit(parallel=True, nogil=True)(_bn_kernel_py)
+        _bn_ser_jit = numba.njit(nogil=True)(_bn_kernel_py)
+
+
+def _bn_kernel_py(x, mean, r, w, b, out, flags):
+    """out[k] = batch_norm of x[k] (rows are (n, c) blocks); flags[k] = row non-finite.
+
+    ``x``/``out`` are (N*C, S) uint16 fp16 bits; ``mean``, ``r``, ``w``, ``b`` are (C,)
+    float32 holding fp16 values. Branch-free inner loop, so LLVM vectorizes it.
+    """
+    nblk, size = x.shape
+    nc = mean.shape[0]
+    for k in numba.prange(nblk):
+        c = k % nc
+        mc = mean[c]
+        rc = r[c]
+        wc = w[c]
+        bc = b[c]
+        src = x[k]
+        dst = out[k]
+        hi = np.uint16(0)
+        for i in range(size):
+            v = src[i]
+            hi = max(hi, v & np.uint16(0x7FFF))
+            y = _r16(_h2f(v) - mc)
+            y = _r16(y * rc)
+            y = _r16(y * wc)
+            dst[i] = _f32_to_f16_bits(y + bc)
+        flags[k] = hi >= np.uint16(0x7C00)
 
 
 # ---- batch_norm ------------------------------------------------------------------------
@@ -200,7 +233,7 @@ def _ensure_batch_norm() -> bool:
         if _state["ok"] is None:
             ok = False
             try:
-                if numba is None:
+                if not _load():
                     raise RuntimeError(f"numba could not be imported ({_gemm.NUMBA_IMPORT_ERROR})")
                 inputs, attrs = _probe()
                 want = _batch_norm_emulate(inputs, attrs)

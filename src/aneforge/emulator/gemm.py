@@ -36,11 +36,12 @@ How the product rounding is generated depends on the target numba compiles for:
   cannot resolve (LLVM aborts the process). ``ANEFORGE_EMU_GEMM_PORTABLE=1`` forces it.
 
 No fast-math flags are ever set, so LLVM may not fuse the rounded product into the add
-(no FMA) nor reorder the sum. On first use the compiled kernel is checked against the
-reference on a small built-in problem; a mismatch or compile failure disables it. Whatever
-keeps the fast path from loading (numba does not import, the kernel does not compile or
-does not match), :func:`gemm` serves every call from the reference and says why once per
-process with a :class:`FastPathWarning`.
+(no FMA) nor reorder the sum. numba is imported on the first call that needs the kernel
+(:func:`load_numba`), never by ``import aneforge``. On first use the compiled kernel is
+checked against the reference on a small built-in problem; a mismatch or compile failure
+disables it. Whatever keeps the fast path from loading (numba does not import, the kernel
+does not compile or does not match), :func:`gemm` serves every call from the reference and
+says why once per process with a :class:`FastPathWarning`.
 
 Example:
     >>> import numpy as np
@@ -54,6 +55,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import threading
 import warnings
@@ -62,29 +64,15 @@ import numpy as np
 
 from ..errors import FastPathWarning
 
-# numba is imported here once for every compiled kernel of the emulator: fast_kernels
-# takes it from this module, so the two can never disagree about whether it loaded.
-try:
-    import numba
-    from llvmlite import ir as llir
-    from numba.core import cgutils
-    from numba.core import types as nbtypes
-    from numba.extending import intrinsic
-except Exception as exc:  # numba is optional: without it the reference serves every call
-    numba = llir = cgutils = nbtypes = intrinsic = None
-    _numba_import_exc: Exception | None = exc
-else:
-    _numba_import_exc = None
-
 __all__ = ["FAST_PATH_AVAILABLE", "FastPathWarning", "gemm", "gemm_fast", "gemm_reference"]
 
-#: True when numba is importable, so :func:`gemm` uses the compiled kernel. Set to False
-#: if the kernel later fails to compile or fails its first-use check against the reference.
-FAST_PATH_AVAILABLE: bool = numba is not None
-
-
-_warn_lock = threading.Lock()
-_warned: set[str] = set()  # the causes already warned about in this process
+# numba is imported once for every compiled kernel of the emulator, by load_numba() on
+# the first call that needs a kernel (importing it costs a third of a second, which
+# `import aneforge` and `aneforge --help` need not pay). fast_kernels takes it from this
+# module, so the two can never disagree about whether it loaded.
+numba = llir = cgutils = nbtypes = intrinsic = None
+_numba_lock = threading.Lock()
+_numba_tried = False  # load_numba() has run its one import attempt
 
 
 def _first_line(exc) -> str:
@@ -95,11 +83,57 @@ def _first_line(exc) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else '(no message)'}"
 
 
-#: Why numba could not be imported (``"ImportError: ..."``), or None when it loaded.
-NUMBA_IMPORT_ERROR: str | None = (
-    None if _numba_import_exc is None else _first_line(_numba_import_exc)
-)
-del _numba_import_exc
+def _find_numba() -> str | None:
+    """Why numba cannot be imported when that is already known without importing it (it
+    is not installed, or an import hook refuses it), else None."""
+    try:
+        found = importlib.util.find_spec("numba") is not None
+    except Exception as exc:  # a finder that raises: the import would fail the same way
+        return _first_line(exc)
+    return None if found else "ModuleNotFoundError: No module named 'numba'"
+
+
+#: Why numba could not be imported (``"ImportError: ..."``), or None while it has not
+#: failed (it is imported on the first call that needs a compiled kernel).
+NUMBA_IMPORT_ERROR: str | None = _find_numba()
+
+#: True while :func:`gemm` may use the compiled kernel: numba is installed and neither its
+#: import (on first use), the kernel's compile nor its first-use check against the
+#: reference has failed. Set to False when one of them does.
+FAST_PATH_AVAILABLE: bool = NUMBA_IMPORT_ERROR is None
+
+
+def load_numba():
+    """Import numba and define the compiled kernels, once per process; the numba module,
+    or None when it cannot be imported (:data:`NUMBA_IMPORT_ERROR` says why).
+
+    Example:
+        >>> load_numba() is None or NUMBA_IMPORT_ERROR is None
+        True
+    """
+    global numba, llir, cgutils, nbtypes, intrinsic, _numba_tried
+    global NUMBA_IMPORT_ERROR, FAST_PATH_AVAILABLE
+    with _numba_lock:
+        if not _numba_tried:
+            _numba_tried = True
+            if NUMBA_IMPORT_ERROR is None:
+                try:
+                    import numba as nb
+                    from llvmlite import ir
+                    from numba.core import cgutils as cg
+                    from numba.core import types
+                    from numba.extending import intrinsic as intr
+                except Exception as exc:  # optional: without it the reference serves
+                    NUMBA_IMPORT_ERROR = _first_line(exc)
+                    FAST_PATH_AVAILABLE = False
+                else:
+                    numba, llir, cgutils, nbtypes, intrinsic = nb, ir, cg, types, intr
+                    _define_kernels()
+    return numba if NUMBA_IMPORT_ERROR is None else None
+
+
+_warn_lock = threading.Lock()
+_warned: set[str] = set()  # the causes already warned about in this process
 
 
 def warn_fallback(kernel: str, error) -> None:
@@ -333,7 +367,20 @@ def _is_array(ty, dtype, ndim):
 
 # ---- numba intrinsics and kernels -----------------------------------------------------
 
-if numba is not None:
+# Set by _define_kernels once numba has imported; _jit is the compiled _kernel_py.
+_f32_to_f16_bits = _micro_tile = _jit = None
+
+
+def _kernel(a, panels, out):
+    """Run the compiled kernel (:func:`_kernel_py`); load_numba() must have succeeded."""
+    _jit(a, panels, out)
+
+
+def _define_kernels() -> None:
+    """Define the numba intrinsics and the kernel (lazily compiled on its first call).
+
+    Run once, by :func:`load_numba`, after numba imported."""
+    global _f32_to_f16_bits, _micro_tile, _jit
 
     @intrinsic
     def _f32_to_f16_bits(typingctx, x):
@@ -421,49 +468,50 @@ if numba is not None:
 
         return sig, codegen
 
-    def _kernel_py(a, panels, out):
-        """out[z, :M, :N] = fp16 bits of a[z] @ b[z] under the contract.
-
-        ``a`` is (B, Mp, K) uint16 with Mp a multiple of _MR; ``panels`` (B, P, K, _NR)
-        uint16 holds b's columns in P zero-padded panels; ``out`` is (B, M, N) uint16.
-        """
-        nb, mp, kdim = a.shape
-        npan = panels.shape[1]
-        m, n = out.shape[1], out.shape[2]
-        row_blocks = (mp + _MC - 1) // _MC
-        col_chunks = (npan + _PC - 1) // _PC
-        per_batch = row_blocks * col_chunks
-        for task in numba.prange(nb * per_batch):
-            # a task owns padded rows [i0, i1) x panels [p0, p1) of one batch entry
-            z = task // per_batch
-            rb = (task - z * per_batch) // col_chunks
-            ch = task - z * per_batch - rb * col_chunks
-            i0 = rb * _MC
-            i1 = min(mp, i0 + _MC)
-            p0 = ch * _PC
-            p1 = min(npan, p0 + _PC)
-            az = a[z]
-            acc = np.zeros((i1 - i0, (p1 - p0) * _NR), dtype=np.float32)  # sums, from +0.0
-            # k-blocks ascend, and each tile carries its float32 sums from one to the next
-            for k0 in range(0, kdim, _KC):
-                k1 = min(kdim, k0 + _KC)
-                for p in range(p0, p1):
-                    pz = panels[z, p]
-                    for i in range(i0, i1, _MR):
-                        _micro_tile(az, pz, acc, i, i - i0, (p - p0) * _NR, k0, k1)
-            # round the real (unpadded) outputs to fp16
-            j0 = p0 * _NR
-            j1 = min(n, p1 * _NR)
-            for r in range(min(i1, m) - i0):
-                dst = out[z, i0 + r, j0:j1]
-                src = acc[r]
-                for j in range(j1 - j0):
-                    dst[j] = _f32_to_f16_bits(src[j])
-
     try:
-        _kernel = numba.njit(parallel=True, nogil=True, cache=not _FORCE_PORTABLE)(_kernel_py)
+        _jit = numba.njit(parallel=True, nogil=True, cache=not _FORCE_PORTABLE)(_kernel_py)
     except Exception:  # no writable cache location: compile per process instead
-        _kernel = numba.njit(parallel=True, nogil=True)(_kernel_py)
+        _jit = numba.njit(parallel=True, nogil=True)(_kernel_py)
+
+
+def _kernel_py(a, panels, out):
+    """out[z, :M, :N] = fp16 bits of a[z] @ b[z] under the contract.
+
+    ``a`` is (B, Mp, K) uint16 with Mp a multiple of _MR; ``panels`` (B, P, K, _NR)
+    uint16 holds b's columns in P zero-padded panels; ``out`` is (B, M, N) uint16.
+    """
+    nb, mp, kdim = a.shape
+    npan = panels.shape[1]
+    m, n = out.shape[1], out.shape[2]
+    row_blocks = (mp + _MC - 1) // _MC
+    col_chunks = (npan + _PC - 1) // _PC
+    per_batch = row_blocks * col_chunks
+    for task in numba.prange(nb * per_batch):
+        # a task owns padded rows [i0, i1) x panels [p0, p1) of one batch entry
+        z = task // per_batch
+        rb = (task - z * per_batch) // col_chunks
+        ch = task - z * per_batch - rb * col_chunks
+        i0 = rb * _MC
+        i1 = min(mp, i0 + _MC)
+        p0 = ch * _PC
+        p1 = min(npan, p0 + _PC)
+        az = a[z]
+        acc = np.zeros((i1 - i0, (p1 - p0) * _NR), dtype=np.float32)  # sums, from +0.0
+        # k-blocks ascend, and each tile carries its float32 sums from one to the next
+        for k0 in range(0, kdim, _KC):
+            k1 = min(kdim, k0 + _KC)
+            for p in range(p0, p1):
+                pz = panels[z, p]
+                for i in range(i0, i1, _MR):
+                    _micro_tile(az, pz, acc, i, i - i0, (p - p0) * _NR, k0, k1)
+        # round the real (unpadded) outputs to fp16
+        j0 = p0 * _NR
+        j1 = min(n, p1 * _NR)
+        for r in range(min(i1, m) - i0):
+            dst = out[z, i0 + r, j0:j1]
+            src = acc[r]
+            for j in range(j1 - j0):
+                dst[j] = _f32_to_f16_bits(src[j])
 
 
 # ---- the fast path --------------------------------------------------------------------
@@ -551,7 +599,7 @@ def _ensure_kernel():
             return
         if _state["error"] is None:
             try:
-                if numba is None:
+                if load_numba() is None:
                     raise RuntimeError(f"numba could not be imported ({NUMBA_IMPORT_ERROR})")
                 a, b = _probe_operands()
                 got = _run_kernel(a, b, *_check_operands(a, b))

@@ -127,7 +127,7 @@ class Trace(TableMixin):
             'norm'
         """
         for n in self.nodes:
-            if n.op == "input" or n.n_zero < n.size or "nonnegative" in get_op(n.op).flags:
+            if n.op == "input" or n.n_zero < n.size or get_op(n.op).always_nonnegative:
                 continue
             if any(s.n_zero < s.size for s in self.sources(n)):
                 return n

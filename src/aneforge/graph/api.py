@@ -6,6 +6,18 @@ Every function takes a keyword-only ``name=`` (a non-empty string) that labels t
 it returns: metadata for layer tables and the Core ML export, never part of what the
 node computes. The Tensor methods are these functions, so ``x.relu(name="act")`` works.
 
+Arguments are named as NumPy names them where NumPy has the function (``axis=`` and
+``keepdims=`` of the reductions, ``axis=`` of ``squeeze`` and ``expand_dims``, ``axes``
+of ``transpose``, ``shape`` of ``reshape``), else as PyTorch does (``padding=``,
+``kernel_size=``, ``scale_factor=``, ``num_groups=``, ``upscale_factor=`` and
+``downscale_factor=``). The methods also take NumPy's varargs (``x.reshape(2, -1)``,
+``x.transpose(1, 0)``), and ``x.max()`` / ``x.min()`` are ``amax`` / ``amin``. The names
+used before (``axes=`` of the reductions, squeeze and expand_dims, ``perm=``, ``pad=``,
+``kernel=``, ``scale=``, ``groups=`` of group_norm, ``factor=``) still work for one
+release, with a ``DeprecationWarning`` naming the new one; giving both spellings is an
+:class:`~aneforge.errors.OptionError`. Node attributes keep their names
+(``node.attrs["axes"]``, ``node.attrs["pad"]``).
+
 Example:
     >>> import numpy as np, aneforge as af
     >>> x = af.input((2, 8), name="x")
@@ -15,13 +27,66 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import inspect
+import warnings
+
 import numpy as np
 
-from ..errors import AttributeValueError, ShapeError
+from ..errors import AttributeValueError, OptionError, ShapeError
 from .ops.elementwise import BINARY, COMPARE, UNARY
 from .ops.shape import getitem
 from .registry import check_int, describe, get_op
 from .tensor import Tensor, as_tensor, make
+
+
+def _take_alias(fn: str, old: str, new: str, value, new_given: bool, whose: str, depth=3):
+    """``value`` given under the deprecated keyword ``old``: warn that ``new`` replaces
+    it (``whose`` name it is), or raise :class:`OptionError` when ``new`` was given too.
+    ``depth`` is the warning's stacklevel: the frame of the public function's caller."""
+    if new_given:
+        raise OptionError(
+            f"{fn}: got both {new}= and {old}=, its deprecated alias; pass {new}= only"
+        )
+    warnings.warn(
+        f"{fn}: {old}= is deprecated and goes in the next release; pass {new}= ({whose} "
+        "name) instead",
+        DeprecationWarning,
+        stacklevel=depth,
+    )
+    return value
+
+
+def _renamed(**aliases):
+    """Let a function take each deprecated keyword ``old=`` of ``aliases`` (mapped to
+    ``(new, whose)``) for one release, as ``new=``: see :func:`_take_alias`.
+
+    Example:
+        >>> import warnings, aneforge as af
+        >>> with warnings.catch_warnings(record=True) as seen:
+        ...     warnings.simplefilter("always")
+        ...     shape = af.sum(af.input((2, 3)), axes=1).shape
+        >>> shape, str(seen[0].message).split(";")[0]
+        ((2,), 'sum: axes= is deprecated and goes in the next release')
+    """
+
+    def wrap(fn):
+        params = list(inspect.signature(fn).parameters)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            for old, (new, whose) in aliases.items():
+                if old in kwargs:
+                    given = new in kwargs or len(args) > params.index(new)
+                    kwargs[new] = _take_alias(fn.__name__, old, new, kwargs.pop(old), given, whose)
+            return fn(*args, **kwargs)
+
+        return call
+
+    return wrap
+
+
+_NUMPY, _TORCH = "NumPy's", "PyTorch's"
 
 
 def _unary_function(name: str):
@@ -110,24 +175,32 @@ def linear(x, weight, bias=None, *, name=None) -> Tensor:
     return make("linear", *srcs, name=name)
 
 
-def conv(x, weight, bias=None, stride=1, pad=0, dilation=1, groups=1, *, name=None) -> Tensor:
+@_renamed(pad=("padding", _TORCH))
+def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, name=None) -> Tensor:
     """1-D (NCW) or 2-D (NCHW) convolution; weight [Cout, Cin/groups, (kh), kw].
 
-    ``pad`` is one int, one per spatial dim, or begins-then-ends (ONNX order).
+    The arguments are PyTorch's ``F.conv2d``'s, in its order. ``padding`` is one int, one
+    per spatial dim, or begins-then-ends (ONNX order); ``pad=`` is its deprecated alias.
 
     Example:
         >>> import numpy as np, aneforge as af
-        >>> af.conv(af.input((1, 3, 8, 8)), np.zeros((4, 3, 3, 3)), pad=1).shape
+        >>> af.conv(af.input((1, 3, 8, 8)), np.zeros((4, 3, 3, 3)), padding=1).shape
         (1, 4, 8, 8)
     """
     srcs = (x, weight) if bias is None else (x, weight, bias)
-    return make("conv", *srcs, stride=stride, pad=pad, dilation=dilation, groups=groups, name=name)
+    return make(
+        "conv", *srcs, stride=stride, pad=padding, dilation=dilation, groups=groups, name=name
+    )
 
 
+@_renamed(pad=("padding", _TORCH))
 def conv_transpose(
-    x, weight, bias=None, stride=1, pad=0, output_padding=0, dilation=1, groups=1, *, name=None
+    x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *, name=None
 ) -> Tensor:
     """Transposed convolution; weight [Cin, Cout/groups, (kh), kw] (PyTorch layout).
+
+    ``padding`` as in :func:`conv` (``pad=`` is its deprecated alias). Unlike PyTorch's
+    ``F.conv_transpose2d``, ``dilation`` comes before ``groups``: pass both by keyword.
 
     Example:
         >>> import numpy as np, aneforge as af
@@ -139,7 +212,7 @@ def conv_transpose(
         "conv_transpose",
         *srcs,
         stride=stride,
-        pad=pad,
+        pad=padding,
         output_padding=output_padding,
         dilation=dilation,
         groups=groups,
@@ -148,24 +221,28 @@ def conv_transpose(
 
 
 def _reduction(op_name):
-    def fn(x, axes=None, keepdims=False, *, name=None):
-        if isinstance(axes, int):
-            axes = (axes,)
-        return make(op_name, x, axes=axes, keepdims=keepdims, name=name)
+    def fn(x, axis=None, keepdims=False, *, name=None):
+        if isinstance(axis, int):
+            axis = (axis,)
+        return make(op_name, x, axes=axis, keepdims=keepdims, name=name)
 
     fn.__name__ = fn.__qualname__ = op_name
     fn.__doc__ = (
-        f"{get_op(op_name).doc} over ``axes`` (all when None); ``name=`` labels the node.\n\n"
+        f"{get_op(op_name).doc} over ``axis`` (an int or a tuple of them; all axes when "
+        "None), as NumPy's ``axis=`` and ``keepdims=``; ``axes=`` is a deprecated alias of "
+        "``axis=``. ``name=`` labels the node.\n\n"
         f"Example:\n    >>> import aneforge as af\n"
-        f"    >>> af.{op_name}(af.input((2, 3)), axes=-1).shape\n    (2,)\n"
+        f"    >>> af.{op_name}(af.input((2, 3)), axis=-1).shape\n    (2,)\n"
     )
-    return fn
+    return _renamed(axes=("axis", _NUMPY))(fn)
 
 
 sum = _reduction("sum")  # noqa: A001  (mirrors NumPy's name)
 mean = _reduction("mean")
 amax = _reduction("amax")
 amin = _reduction("amin")
+max = amax  # noqa: A001  (NumPy's np.max is np.amax)
+min = amin  # noqa: A001  (NumPy's np.min is np.amin)
 
 
 def softmax(x, axis=-1, *, name=None) -> Tensor:
@@ -226,16 +303,18 @@ def rms_norm(x, weight=None, axis=-1, eps=1e-5, *, name=None) -> Tensor:
     return make("rms_norm", *srcs, axis=axis, eps=eps, has_weight=weight is not None, name=name)
 
 
-def group_norm(x, groups, weight=None, bias=None, eps=1e-5, *, name=None) -> Tensor:
-    """Group normalization of [N, C, ...] over channel groups; weight/bias of shape (C,).
+@_renamed(groups=("num_groups", _TORCH))
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, name=None) -> Tensor:
+    """Group normalization of [N, C, ...] over ``num_groups`` channel groups (PyTorch's
+    name; ``groups=`` is its deprecated alias); weight/bias of shape (C,).
 
     Example:
         >>> import aneforge as af
-        >>> af.group_norm(af.input((1, 8, 4, 4)), groups=2).shape
+        >>> af.group_norm(af.input((1, 8, 4, 4)), num_groups=2).shape
         (1, 8, 4, 4)
     """
     srcs, flags = _affine_srcs(x, weight, bias)
-    return make("group_norm", *srcs, groups=groups, eps=eps, **flags, name=name)
+    return make("group_norm", *srcs, groups=num_groups, eps=eps, **flags, name=name)
 
 
 def batch_norm(x, mean, var, weight=None, bias=None, eps=1e-5, *, name=None) -> Tensor:
@@ -262,19 +341,29 @@ def l2_norm(x, axis=-1, eps=1e-6, *, name=None) -> Tensor:
     return make("l2_norm", x, axis=axis, eps=eps, name=name)
 
 
-def max_pool(x, kernel, stride=None, pad=0, *, name=None) -> Tensor:
-    """Max pooling over NCW / NCHW windows (stride defaults to the kernel).
+@_renamed(kernel=("kernel_size", _TORCH), pad=("padding", _TORCH))
+def max_pool(x, kernel_size, stride=None, padding=0, *, name=None) -> Tensor:
+    """Max pooling over NCW / NCHW windows (stride defaults to the kernel size).
+
+    The arguments are PyTorch's ``F.max_pool2d``'s; ``kernel=`` and ``pad=`` are
+    deprecated aliases of ``kernel_size=`` and ``padding=``.
 
     Example:
         >>> import aneforge as af
         >>> af.max_pool(af.input((1, 3, 8, 8)), 2).shape
         (1, 3, 4, 4)
     """
-    return make("max_pool", x, kernel=kernel, stride=stride, pad=pad, name=name)
+    return make("max_pool", x, kernel=kernel_size, stride=stride, pad=padding, name=name)
 
 
-def avg_pool(x, kernel, stride=None, pad=0, count_include_pad=False, *, name=None) -> Tensor:
+@_renamed(kernel=("kernel_size", _TORCH), pad=("padding", _TORCH))
+def avg_pool(
+    x, kernel_size, stride=None, padding=0, count_include_pad=False, *, name=None
+) -> Tensor:
     """Average pooling over NCW / NCHW windows (narrow fp16 sum).
+
+    Arguments as in :func:`max_pool`. ``count_include_pad`` defaults to False (the ONNX
+    default; PyTorch's ``F.avg_pool2d`` defaults to True).
 
     Example:
         >>> import aneforge as af
@@ -284,45 +373,85 @@ def avg_pool(x, kernel, stride=None, pad=0, count_include_pad=False, *, name=Non
     return make(
         "avg_pool",
         x,
-        kernel=kernel,
+        kernel=kernel_size,
         stride=stride,
-        pad=pad,
+        pad=padding,
         count_include_pad=count_include_pad,
         name=name,
     )
 
 
-def upsample(x, scale, mode="nearest", align_corners=False, *, name=None) -> Tensor:
+@_renamed(scale=("scale_factor", _TORCH))
+def upsample(x, scale_factor, mode="nearest", align_corners=False, *, name=None) -> Tensor:
     """Integer-factor upsampling of NCW / NCHW, ``mode`` 'nearest' or 'bilinear'.
+
+    ``scale_factor`` is PyTorch's name (``scale=`` is its deprecated alias).
 
     Example:
         >>> import aneforge as af
         >>> af.upsample(af.input((1, 3, 4, 4)), 2).shape
         (1, 3, 8, 8)
     """
-    return make("upsample", x, scale=scale, mode=mode, align_corners=align_corners, name=name)
+    return make(
+        "upsample", x, scale=scale_factor, mode=mode, align_corners=align_corners, name=name
+    )
 
 
-def reshape(x, shape, *, name=None) -> Tensor:
-    """Same elements in a new shape (one -1 is inferred).
+def _one_sequence(fn: str, args: tuple, key: str, kwargs: dict, old: str | None = None):
+    """The value of a NumPy varargs parameter: ``args`` as one tuple of ints
+    (``x.reshape(2, 3)``), its single item (``x.reshape((2, 3))``, ``x.reshape(-1)``), or
+    the keyword ``key=`` (or the deprecated ``old=``) instead; None when none is given.
+    Any other keyword is a TypeError, as Python raises it."""
+    value = args[0] if len(args) == 1 else (args or None)
+    given = bool(args)
+    if key in kwargs:
+        if given:
+            raise OptionError(
+                f"{fn}: got {key} twice, as arguments {args} and as {key}={kwargs[key]!r}; "
+                "give it once"
+            )
+        value, given = kwargs.pop(key), True
+    if old is not None and old in kwargs:
+        value = _take_alias(fn, old, key, kwargs.pop(old), given, _NUMPY, depth=4)
+    if kwargs:
+        raise TypeError(f"{fn}() got an unexpected keyword argument {next(iter(kwargs))!r}")
+    return value
+
+
+def reshape(x, *shape, name=None, **kwargs) -> Tensor:
+    """Same elements in a new shape (one -1 is inferred), as NumPy's ``reshape``.
+
+    ``shape`` is one tuple (``af.reshape(x, (3, -1))``), separate ints
+    (``x.reshape(3, -1)``), one int (``x.reshape(-1)`` flattens) or ``shape=``.
 
     Example:
         >>> import aneforge as af
         >>> af.reshape(af.input((2, 6)), (3, -1)).shape
         (3, 4)
+        >>> af.input((2, 6)).reshape(-1).shape, af.input((2, 6)).reshape(4, 3).shape
+        ((12,), (4, 3))
     """
+    shape = _one_sequence("reshape", shape, "shape", kwargs)
     return make("reshape", x, shape=shape, name=name)
 
 
-def transpose(x, perm=None, *, name=None) -> Tensor:
-    """Permute axes (reverse them when ``perm`` is None).
+def transpose(x, *axes, name=None, **kwargs) -> Tensor:
+    """Permute axes as NumPy's ``transpose`` (reverse them when ``axes`` is None).
+
+    ``axes`` is one tuple (``af.transpose(x, (0, 2, 1))``), separate ints
+    (``x.transpose(1, 0)``) or ``axes=``; it names every axis (PyTorch's two-axis swap
+    ``x.transpose(0, 1)`` of a rank-3 tensor is ``x.transpose(1, 0, 2)`` here). ``perm=``
+    is a deprecated alias of ``axes=``.
 
     Example:
         >>> import aneforge as af
         >>> af.transpose(af.input((2, 3, 4)), (0, 2, 1)).shape
         (2, 4, 3)
+        >>> af.input((2, 3)).transpose(1, 0).shape
+        (3, 2)
     """
-    return make("transpose", x, perm=perm, name=name)
+    axes = _one_sequence("transpose", axes, "axes", kwargs, old="perm")
+    return make("transpose", x, perm=axes, name=name)
 
 
 def concat(tensors, axis=0, *, name=None) -> Tensor:
@@ -352,52 +481,60 @@ def slice(x, begins, ends, steps=None, *, name=None) -> Tensor:  # noqa: A001  (
     return make("slice", x, begins=begins, ends=ends, steps=steps, name=name)
 
 
-def squeeze(x, axes=None, *, name=None) -> Tensor:
-    """Drop size-1 axes (all of them when ``axes`` is None).
+@_renamed(axes=("axis", _NUMPY))
+def squeeze(x, axis=None, *, name=None) -> Tensor:
+    """Drop the size-1 axes ``axis`` (an int or a tuple; all of them when None), as NumPy's
+    ``squeeze``; ``axes=`` is a deprecated alias of ``axis=``.
 
     Example:
         >>> import aneforge as af
         >>> af.squeeze(af.input((1, 3, 1))).shape
         (3,)
     """
-    if isinstance(axes, int):
-        axes = (axes,)
-    return make("squeeze", x, axes=axes, name=name)
+    if isinstance(axis, int):
+        axis = (axis,)
+    return make("squeeze", x, axes=axis, name=name)
 
 
-def expand_dims(x, axes, *, name=None) -> Tensor:
-    """Insert size-1 axes at the given output positions.
+@_renamed(axes=("axis", _NUMPY))
+def expand_dims(x, axis, *, name=None) -> Tensor:
+    """Insert size-1 axes at the output positions ``axis`` (an int or a tuple), as NumPy's
+    ``expand_dims``; ``axes=`` is a deprecated alias of ``axis=``.
 
     Example:
         >>> import aneforge as af
         >>> af.expand_dims(af.input((3,)), 0).shape
         (1, 3)
     """
-    if isinstance(axes, int):
-        axes = (axes,)
-    return make("expand_dims", x, axes=axes, name=name)
+    if isinstance(axis, int):
+        axis = (axis,)
+    return make("expand_dims", x, axes=axis, name=name)
 
 
-def pixel_shuffle(x, factor, *, name=None) -> Tensor:
-    """Depth to space: [N, C*r*r, H, W] -> [N, C, H*r, W*r].
+@_renamed(factor=("upscale_factor", _TORCH))
+def pixel_shuffle(x, upscale_factor, *, name=None) -> Tensor:
+    """Depth to space: [N, C*r*r, H, W] -> [N, C, H*r, W*r], r = ``upscale_factor``
+    (PyTorch's name; ``factor=`` is its deprecated alias).
 
     Example:
         >>> import aneforge as af
         >>> af.pixel_shuffle(af.input((1, 8, 3, 3)), 2).shape
         (1, 2, 6, 6)
     """
-    return make("pixel_shuffle", x, factor=factor, name=name)
+    return make("pixel_shuffle", x, factor=upscale_factor, name=name)
 
 
-def pixel_unshuffle(x, factor, *, name=None) -> Tensor:
-    """Space to depth: [N, C, H*r, W*r] -> [N, C*r*r, H, W].
+@_renamed(factor=("downscale_factor", _TORCH))
+def pixel_unshuffle(x, downscale_factor, *, name=None) -> Tensor:
+    """Space to depth: [N, C, H*r, W*r] -> [N, C*r*r, H, W], r = ``downscale_factor``
+    (PyTorch's name; ``factor=`` is its deprecated alias).
 
     Example:
         >>> import aneforge as af
         >>> af.pixel_unshuffle(af.input((1, 2, 6, 6)), 2).shape
         (1, 8, 3, 3)
     """
-    return make("pixel_unshuffle", x, factor=factor, name=name)
+    return make("pixel_unshuffle", x, factor=downscale_factor, name=name)
 
 
 def cast(x, dtype="float16", *, name=None) -> Tensor:
@@ -421,6 +558,8 @@ _METHODS.update(
     mean=mean,
     amax=amax,
     amin=amin,
+    max=amax,
+    min=amin,
     softmax=softmax,
     cumsum=cumsum,
     layer_norm=layer_norm,
@@ -465,6 +604,8 @@ __all__ = sorted(
         "mean",
         "amax",
         "amin",
+        "max",
+        "min",
         "softmax",
         "cumsum",
         "layer_norm",

@@ -1,5 +1,10 @@
 """Neural-network helpers built from the op set: attention, MLP and the bundled examples.
 
+Every weight matrix the helpers take is in PyTorch's ``nn.Linear`` layout,
+``[out_features, in_features]``, applied as :func:`aneforge.linear` (``x @ w.T``), so a
+PyTorch state dict's tensors go in as they are. (Before this release ``mha`` took its
+projections as ``x @ w``: pass ``w.T`` to keep such weights.)
+
 Example:
     >>> import numpy as np, aneforge as af
     >>> rng = np.random.default_rng(0)
@@ -24,8 +29,11 @@ def mha(x, wq, wk, wv, wo, heads: int, kv=None, mask=None, *, name=None) -> Tens
     """Multi-head attention with the attention written out (no fused sdpa).
 
     ``x`` is [B, S, D] (queries), ``kv`` [B, T, D] (keys/values, default ``x``); the
-    projections are [D, D] weights applied as ``x @ w``. Per head:
-    ``softmax((q @ k^T) * head_dim**-0.5 + mask) @ v``, heads concatenated, then ``@ wo``.
+    projections ``wq``, ``wk``, ``wv``, ``wo`` are [D, D] weights in PyTorch's layout
+    ``[out_features, in_features]``, applied as ``linear(x, w)`` = ``x @ w.T`` (the layout
+    of :func:`mlp` and :func:`aneforge.linear`; weights written for ``x @ w``, the layout
+    before this release, go in as ``w.T``). Per head:
+    ``softmax((q @ k^T) * head_dim**-0.5 + mask) @ v``, heads concatenated, then ``linear(., wo)``.
     ``name`` labels the output projection; the inner layers are then ``{name}/q``,
     ``{name}/k``, ``{name}/v``, ``{name}/scores``, ``{name}/probs`` and ``{name}/context``.
 
@@ -55,9 +63,9 @@ def mha(x, wq, wk, wv, wo, heads: int, kv=None, mask=None, *, name=None) -> Tens
     def sub(part):
         return None if name is None else f"{name}/{part}"
 
-    q = split(api.matmul(x, wq, name=sub("q")), s)
-    k = split(api.matmul(kv, wk, name=sub("k")), t)
-    v = split(api.matmul(kv, wv, name=sub("v")), t)
+    q = split(api.linear(x, wq, name=sub("q")), s)
+    k = split(api.linear(kv, wk, name=sub("k")), t)
+    v = split(api.linear(kv, wv, name=sub("v")), t)
     scores = api.bmm(q, api.transpose(k, (0, 1, 3, 2))) * float(hd**-0.5)
     if mask is not None:
         scores = scores + mask
@@ -66,11 +74,14 @@ def mha(x, wq, wk, wv, wo, heads: int, kv=None, mask=None, *, name=None) -> Tens
     probs = api.softmax(scores, axis=-1, name=sub("probs"))
     ctx = api.bmm(probs, v, name=sub("context"))
     merged = api.reshape(api.transpose(ctx, (0, 2, 1, 3)), (b, s, d))
-    return api.matmul(merged, wo, name=name)
+    return api.linear(merged, wo, name=name)
 
 
 def mlp(x, w1, b1, w2, b2, activation: str = "gelu", *, name=None) -> Tensor:
-    """Two-layer perceptron ``linear(act(linear(x, w1, b1)), w2, b2)`` (PyTorch layout).
+    """Two-layer perceptron ``linear(act(linear(x, w1, b1)), w2, b2)``.
+
+    ``w1`` is [hidden, D] and ``w2`` [D, hidden]: PyTorch's ``nn.Linear`` layout
+    ``[out_features, in_features]``, as :func:`mha` takes its projections.
 
     ``name`` labels the second linear; the first is then ``{name}/fc1`` and the
     activation ``{name}/act``.
@@ -95,8 +106,11 @@ def mlp(x, w1, b1, w2, b2, activation: str = "gelu", *, name=None) -> Tensor:
     return api.linear(hidden, w2, b2, name=name)
 
 
-def _init(rng, shape, fan_in):
-    return weight(rng.standard_normal(shape) / np.sqrt(fan_in))
+def _init(rng, shape, fan_in, transposed=False):
+    """A seeded weight with entries N(0, 1/fan_in); ``transposed`` stores the draw's
+    transpose (the examples keep the values they were drawn with in their old layout)."""
+    value = rng.standard_normal(shape) / np.sqrt(fan_in)
+    return weight(value.T if transposed else value)
 
 
 def small_cnn(seed: int = 0, image: int = 32, classes: int = 10):
@@ -115,7 +129,7 @@ def small_cnn(seed: int = 0, image: int = 32, classes: int = 10):
     h = x
     cin = 3
     for i, cout in enumerate((16, 32, 64)):
-        h = api.conv(h, _init(rng, (cout, cin, 3, 3), cin * 9), pad=1)
+        h = api.conv(h, _init(rng, (cout, cin, 3, 3), cin * 9), padding=1)
         h = api.batch_norm(
             h,
             weight(rng.standard_normal(cout) * 0.1),
@@ -145,7 +159,9 @@ def transformer_block(seed: int = 0, seq: int = 32, width: int = 64, heads: int 
     rng = np.random.default_rng(check_int(seed, "transformer_block", 0, "seed"))
     x = api_input((1, seq, width), "tokens")
     ln1 = api.layer_norm(x, weight(np.ones(width)), weight(np.zeros(width)))
-    proj = [_init(rng, (width, width), width) for _ in range(4)]
+    # drawn as x @ w matrices before mha took PyTorch's layout: stored transposed, so the
+    # block computes what it always has
+    proj = [_init(rng, (width, width), width, transposed=True) for _ in range(4)]
     h = x + mha(ln1, *proj, heads=heads)
     ln2 = api.layer_norm(h, weight(np.ones(width)), weight(np.zeros(width)))
     hidden = 4 * width

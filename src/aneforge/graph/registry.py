@@ -2,7 +2,10 @@
 
 A record carries everything the rest of aneforge needs to know about an op: its kind,
 its attribute schema, its shape rule, its fp16 emulator kernel, its float64 reference
-kernel and its FLOP count. The registry refuses duplicate names and incomplete records.
+kernel, its FLOP count, its value-range rule and the typed facts of
+:mod:`aneforge.graph.facts` (flags, sign rule, narrow-sum terms, contraction role, weight
+operand, family floor, route, work scalar, crop-DMA begin). The registry refuses
+duplicate names and incomplete records: every fact is declared, "none" on purpose.
 
 Example:
     >>> from aneforge.graph.registry import get_op
@@ -12,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
@@ -22,6 +26,22 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import AttributeValueError, PrecisionWarning, ShapeError
+from .facts import (
+    FACT_FIELDS,
+    UNSET,
+    Decomposition,
+    Flag,
+    FlagSet,
+    NarrowSum,
+    Role,
+    SignRule,
+    SingleRoute,
+    WeightOperand,
+    WidthRule,
+    Work,
+    flag_set,
+    nonnegative,
+)
 from .fp16 import FP16_MAX
 
 # kind of an op: "source" (input / weight, no computation), "fused" (runs inside a
@@ -106,9 +126,28 @@ class OpDef:
         exact: float64 kernel ``(inputs, attrs) -> float64 array`` (the true answer).
         flops: FLOP rule ``(input_shapes, output_shape, attrs) -> int``.
         doc: one-line description used in generated docstrings.
-        flags: algebraic facts (``commutative``, ``elementwise``, ``nonnegative``...).
+        flags: algebraic and structural facts, :class:`~aneforge.graph.facts.Flag`
+            members (``COMMUTATIVE``, ``ELEMENTWISE``, ``VIEW``...).
         range: value-range rule ``(node, source intervals, env) -> Interval`` holding
             every value the emulator can produce (:mod:`aneforge.graph.ranges`).
+        sign: sign rule ``(node, sources non-negative) -> bool``: every value >= 0.
+        narrow: the kernel's narrow fp16 sum (:class:`~aneforge.graph.facts.NarrowSum`),
+            or None when it has none (see :meth:`narrow_terms`).
+        role: the contraction role (:class:`~aneforge.graph.facts.Role`).
+        weight_operand: ``(source index, output-channel axis)`` of the streamed weight,
+            or None.
+        min_family: the lowest capability family that runs the op natively.
+        below_floor: the decomposition compile applies below ``min_family``, or None.
+        route: a bridge op's fused alternative (a
+            :class:`~aneforge.graph.facts.Decomposition`) or why it has none (a
+            :class:`~aneforge.graph.facts.SingleRoute`); ``ONLY_LOWERING`` for fused ops.
+        work: the bridge cost table's work scalar (:class:`~aneforge.graph.facts.Work`),
+            None for fused ops.
+        width_begin: ``(in_shapes, attrs) -> int``, the last-axis begin of a read through
+            the crop-DMA, or None for an op that does not use it.
+
+    Every fact field defaults to :data:`~aneforge.graph.facts.UNSET`, which
+    :func:`register` refuses: the family factories declare each one.
     """
 
     name: str
@@ -120,10 +159,40 @@ class OpDef:
     exact: Kernel
     flops: FlopRule = no_flops
     doc: str = ""
-    flags: frozenset[str] = field(default_factory=frozenset)
+    flags: FlagSet = field(default_factory=FlagSet)
     range: RangeRule | None = None
     min_arity: int = 1
     max_arity: int | None = None
+    sign: SignRule = UNSET
+    narrow: NarrowSum | None = UNSET
+    role: Role = UNSET
+    weight_operand: WeightOperand | None = UNSET
+    min_family: int = UNSET
+    below_floor: Decomposition | None = UNSET
+    route: Decomposition | SingleRoute = UNSET
+    work: Work | None = UNSET
+    width_begin: WidthRule | None = UNSET
+
+    def __post_init__(self):
+        object.__setattr__(self, "flags", flag_set(self.name, self.flags))
+
+    def narrow_terms(self, in_shapes, attrs) -> int | None:
+        """How many terms the kernel's narrow fp16 sum adds (None: it has none).
+
+        Example:
+            >>> get_op("softmax").narrow_terms([(2, 7)], {"axis": -1})
+            7
+            >>> get_op("cumsum").narrow_terms([(2, 7)], {}) is None  # wide accumulator
+            True
+        """
+        if self.narrow is None:
+            return None
+        return int(self.narrow.terms(list(in_shapes), attrs))
+
+    @property
+    def always_nonnegative(self) -> bool:
+        """Whether every value is >= 0 (or NaN) whatever the inputs (relu, exp, ...)."""
+        return self.sign is nonnegative
 
     def check_arity(self, count: int) -> None:
         """Refuse ``count`` tensor inputs unless the op takes that many.
@@ -288,13 +357,64 @@ _REGISTRY: dict[str, OpDef] = {}
 
 
 def register(op: OpDef) -> OpDef:
-    """Add ``op`` to the registry; a duplicate name or an unknown kind is a bug."""
+    """Add ``op`` to the registry; a duplicate name, an unknown kind or an undeclared
+    fact is a bug of the declaring module."""
     if op.name in _REGISTRY:
         raise RuntimeError(f"op '{op.name}' is registered twice")
-    if op.kind not in KINDS:
-        raise RuntimeError(f"op '{op.name}' has unknown kind '{op.kind}'")
+    check_record(op)
     _REGISTRY[op.name] = op
     return op
+
+
+def check_record(op: OpDef) -> None:
+    """Refuse a record with an unknown kind, a missing hook or an undeclared fact."""
+    if op.kind not in KINDS:
+        raise RuntimeError(f"op '{op.name}' has unknown kind '{op.kind}'")
+    missing = [f for f in FACT_FIELDS if getattr(op, f) is UNSET]
+    missing += [] if callable(op.range) else ["range"]
+    if missing:
+        raise RuntimeError(
+            f"op '{op.name}' leaves {', '.join(missing)} undeclared; declare each (None, "
+            "Role.NONE, EVERY_FAMILY... say 'none' on purpose; the family factories of "
+            "aneforge.graph.ops give them)"
+        )
+    if (op.role is not Role.NONE) != (Flag.CONTRACTION in op.flags):
+        raise RuntimeError(f"op '{op.name}': a contraction role goes with Flag.CONTRACTION")
+
+
+def unregister(name: str) -> OpDef:
+    """Remove op ``name`` from the registry and return its record (for tests that
+    register an op of their own; the ops aneforge declares stay registered).
+
+    Example:
+        >>> from dataclasses import replace
+        >>> with temporary_op(replace(get_op("relu"), name="my_relu")):
+        ...     "my_relu" in all_ops()
+        True
+        >>> "my_relu" in all_ops()
+        False
+    """
+    try:
+        return _REGISTRY.pop(name)
+    except KeyError:
+        raise AttributeValueError(f"unknown op '{name}'") from None
+
+
+@contextlib.contextmanager
+def temporary_op(op: OpDef):
+    """Within the block, ``op`` is registered (in place of the record of the same name,
+    if there is one, keeping its position); afterwards the registry is as before. For
+    tests: registry-walking tests see only aneforge's own ops."""
+    check_record(op)
+    before = _REGISTRY.get(op.name)
+    _REGISTRY[op.name] = op
+    try:
+        yield op
+    finally:
+        if before is None:
+            _REGISTRY.pop(op.name, None)
+        else:
+            _REGISTRY[op.name] = before
 
 
 def get_op(name: str) -> OpDef:

@@ -25,12 +25,13 @@ Contract:
 - **Op for op.** The exported program is aneforge's program, node by node, in its
   execution order: coremltools' optimization passes are off unless ``optimize=True``
   (the engine's compiler fuses on device anyway). Bridge ops Core ML cannot express
-  natively are replaced by their fused route
-  (:data:`~aneforge.optimizer.routes.BRIDGE_DECOMPOSERS`); an op with neither a
-  lowering nor a route raises one :class:`ExportError` naming every such op.
+  natively are replaced by their fused route (the op record's ``route``,
+  :func:`~aneforge.optimizer.routes.decomposers`); an op with neither a lowering nor a
+  route raises one :class:`ExportError` naming every such op.
 - **Deployment target.** ``minimum_deployment_target`` when given (an iOS or macOS
   version: ``"iOS17"``, ``"macOS14"``, ``ct.target.iOS17`` or the int ``17``), else the
-  OS generation of the target's family (:data:`FAMILY_IOS`), else iOS 17 / macOS 14. A
+  OS generation of the target's family (``Target.capability.min_ios``, from
+  ``data/families.json``), else iOS 17 / macOS 14. A
   chosen target is raised to what the program needs (compressed weights, fp16 inputs
   and ``pixel_unshuffle`` need iOS 16) and the reason is recorded; a given target that
   is too old raises :class:`ExportError` instead.
@@ -74,21 +75,12 @@ from ..graph.naming import layer_names, user_name
 from ..graph.registry import get_op
 from ..graph.tensor import Tensor
 from ..graph.walk import topological_order
-from ..optimizer.routes import BRIDGE_DECOMPOSERS, decompose
+from ..optimizer.routes import decompose, decomposers
 from ..targets import resolve_target
 from .coreml_ops import DECOMPOSED, NOT_EXPRESSIBLE, LoweringContext
 from .coreml_package import MARK, ExportError, check_package_path, write_package
 from .coreml_table import LOWERINGS
 
-#: iOS version of the ML Program opset each MIL-capable target family deploys to: the
-#: OS its first chips shipped with, floored at iOS 15 (the first to run ML Programs).
-#: macOS is iOS - 3 (the same Core ML specification). Family 1 has no MIL path.
-FAMILY_IOS = {
-    2: 15,  # A14 / M1 engines (h13): shipped with iOS 14 / macOS 11, before ML Programs
-    3: 15,  # A15 / M2 (h14): iOS 15 / macOS 12
-    4: 16,  # A16 / M3 (h15): iOS 16 (macOS 13 is the same Core ML specification)
-    5: 17,  # A17 Pro / M4 onward (h16, h17, h18): iOS 17 / macOS 14
-}
 DEFAULT_IOS = 17  # no target: iOS 17 / macOS 14
 MIN_IOS = 15  # ML Programs start at iOS 15 / macOS 12
 ENCODED_IOS = 16  # constexpr ops: int8, int4 and sparse weights decoded at load time
@@ -148,7 +140,7 @@ def _needs_route(node: Tensor, ios: int) -> bool:
     """Whether ``node`` must be replaced by its fused route at opset ``ios``."""
 
     entry = LOWERINGS.get(node.op)
-    if entry is None or node.op not in BRIDGE_DECOMPOSERS:
+    if entry is None or node.op not in decomposers():
         return False
     if entry.status == DECOMPOSED:
         return True
@@ -166,7 +158,7 @@ def _requirements(nodes, io_dtype) -> dict[str, int]:
         enc = node.attrs.get("encoding", "fp16") if node.op == "weight" else "fp16"
         if enc != "fp16":
             need[f"{enc} weights (constexpr decoding)"] = ENCODED_IOS
-        elif entry is not None and entry.min_ios > MIN_IOS and node.op not in BRIDGE_DECOMPOSERS:
+        elif entry is not None and entry.min_ios > MIN_IOS and node.op not in decomposers():
             need[node.op] = entry.min_ios
     if io_dtype == "float16":
         need["fp16 inputs and outputs"] = FP16_IO_IOS
@@ -333,12 +325,12 @@ def _choose_target(prog, target, minimum_deployment_target, io_dtype):
         t = target if target is not None else getattr(prog, "target", None)
         if t is not None:
             t = resolve_target(t)
-            if t.family not in FAMILY_IOS:
+            ios = t.capability.min_ios  # the OS its family's first chips shipped with
+            if ios is None:
                 raise ExportError(
                     f"target {t.arch} (family {t.family}) has no ML Program path on its "
                     "engine; export for a family 2+ target (M1 or newer) or none"
                 )
-            ios = FAMILY_IOS[t.family]
             reasons.append(f"{deployment_label(ios)}: OS generation of {t.arch} (family "
                            f"{t.family})")  # fmt: skip
         else:

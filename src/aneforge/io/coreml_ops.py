@@ -5,8 +5,8 @@ keyed by op name, with one of three statuses:
 
 - ``"lowered"``: a function emits MIL ops for the node (``mil`` names them). A lowering
   may need a newer opset (``min_ios``) or hold only for some attributes (``native_if``);
-  where it does not hold and the op has a fused route in
-  :data:`~aneforge.optimizer.routes.BRIDGE_DECOMPOSERS`, the node is decomposed instead.
+  where it does not hold and the op has a fused route (its record's ``route``,
+  :func:`~aneforge.optimizer.routes.decomposers`), the node is decomposed instead.
 - ``"decomposed"``: the node is always replaced by its fused route first, whose ops are
   then lowered (Core ML has no single op for it).
 - ``"not expressible"``: no Core ML program computes it here; ``note`` says why. Exporting
@@ -269,7 +269,11 @@ def _linear(cx, node, name):
         y = cx.mb.matmul(x=cx.arg(node, 0), y=cx.arg(node, 1), transpose_y=True,
                          name=f"{name}_mm" if has_bias else name)  # fmt: skip
         return cx.mb.add(x=y, y=cx.arg(node, 2), name=name) if has_bias else y
-    bias = {"bias": cx.arg(node, 2)} if has_bias else {}
+    # without a bias, a named zero bias: coremltools' default one is named by a counter
+    # that runs over the process, so two lowerings of one graph would differ
+    zeros = np.zeros(w.shape[0], np.float16)
+    bias = cx.arg(node, 2) if has_bias else cx.mb.const(val=zeros, name=f"{name}_bias")
+    bias = {"bias": bias}
     if x.ndim <= 3:  # Core ML's linear takes rank 1 to 3
         return cx.mb.linear(x=cx.arg(node, 0), weight=cx.arg(node, 1), name=name, **bias)
     flat = cx.mb.reshape(x=cx.arg(node, 0), shape=[-1, x.shape[-1]], name=f"{name}_in")

@@ -69,7 +69,7 @@ FILES = {
 }
 # One target per capability family (1..5): the family-1 one shows that nothing compiles.
 FAMILY_TARGETS = ("h11", "h13", "h14", "h15", "h17s")
-IMPORT_OPSET = 13  # the importer's floor (issue 5: opsets 13 and newer)
+IMPORT_OPSET = 13  # the importer's floor (opsets 13 and newer)
 FP16_MAX = 65504.0
 # Acceptance of an emulated output against float64 (seeded weights): cosine >= 0.999, the
 # bar the issue sets for MiniLM, and a relative L2 error below 5%: about sqrt(depth)

@@ -339,7 +339,7 @@ class MiniLM:
             out = self._linear(mid, p + "output.dense")
             x = self._layer_norm(out + x, p + "output.LayerNorm")
         summed = api.bmm(api.reshape(mask, (n, 1, s)), x)  # wide accumulator over tokens
-        count = api.reshape(api.sum(mask, axes=-1), (n, 1, 1))
+        count = api.reshape(api.sum(mask, axis=-1), (n, 1, 1))
         pooled = api.reshape(summed / count, (n, h))
         if self.normalize:
             pooled = api.l2_norm(pooled, axis=-1, eps=FP16_TINY)

@@ -90,7 +90,7 @@ class _Init:
     def conv(self, x, cout: int, k: int, stride: int = 1, groups: int = 1) -> Tensor:
         cin = x.shape[1] // groups
         w = self.he((cout, cin, k, k), cin * k * k)
-        return api.conv(x, w, stride=stride, pad=k // 2, groups=groups)
+        return api.conv(x, w, stride=stride, padding=k // 2, groups=groups)
 
     def bn(self, x) -> Tensor:
         c = x.shape[1]
@@ -135,7 +135,7 @@ def resnet(depth: int = 50, image: int = 224, batch: int = 1, classes: int = 100
     init, x = _image_input("resnet", image, batch, seed)
     batch = x.shape[0]
     h = api.relu(init.bn(init.conv(x, 64, 7, stride=2)))
-    h = api.max_pool(h, 3, stride=2, pad=1)
+    h = api.max_pool(h, 3, stride=2, padding=1)
     for stage, count in enumerate(counts):
         width = 64 * 2**stage
         for i in range(count):
@@ -198,7 +198,7 @@ def densenet121(image: int = 224, batch: int = 1, classes: int = 1000, seed=0):
     init, x = _image_input("densenet121", image, batch, seed)
     batch = x.shape[0]
     h = api.relu(init.bn(init.conv(x, stem, 7, stride=2)))
-    h = api.max_pool(h, 3, stride=2, pad=1)
+    h = api.max_pool(h, 3, stride=2, padding=1)
     for stage, count in enumerate(blocks):
         for _ in range(count):
             y = init.conv(api.relu(init.bn(h)), 4 * growth, 1)

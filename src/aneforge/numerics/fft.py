@@ -1,4 +1,4 @@
-"""``af.fft``: fp16 FFTs as graphs of matmuls (spec 004, "FFT: complex as real pairs").
+"""``af.fft``: fp16 FFTs as graphs of matmuls (docs/numerics.md, "FFT").
 
 The engine has no complex dtype, so a complex value is a pair ``(re, im)`` of fp16
 tensors of one shape; functions that take a complex input accept such a pair, or a plain

@@ -38,7 +38,8 @@ The range walls of fp16 (read them before using a product):
   overflow past 65504 (and, on a target with the matmul output limit, past 32752).
 
 Costs in graph nodes per element (``tests/numerics/test_paired.py`` counts them from the
-built graphs; spec 004's table says TwoSum ~6, TwoProduct ~17, dot ~17 + 2 matmuls):
+built graphs; the specification's table says TwoSum ~6, TwoProduct ~17, dot ~17 + 2 matmuls;
+docs/numerics.md 10.4):
 
 ==============================  ====================  ======================
 operation                       fp16 operands         paired operands
@@ -79,7 +80,7 @@ SPLIT_LIMIT = 1008.0
 # With prescale=True: fp16(a * (1 + 2**-6)) stays finite only below this (65520 / 1.015625).
 PRESCALED_SPLIT_LIMIT = 64512.0
 PRESCALE = 2.0**-SPLIT_SHIFT
-# The spec's op-cost table (spec 004, "Compensated / paired-fp16 arithmetic").
+# The specification's op-cost table (docs/numerics.md, section 10.4).
 SPEC_OPS_PER_ELEMENT = {"two_sum": 6, "two_product": 17, "dot": 17, "dot_matmuls": 2}
 
 __all__ = [

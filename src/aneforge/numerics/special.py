@@ -1,4 +1,4 @@
-"""``af.special``: special functions as fp16 graphs (spec 004, "Special functions").
+"""``af.special``: special functions as fp16 graphs (docs/numerics.md, "Special functions").
 
 Every function here builds a graph from ordinary fused fp16 ops (mul, add/sub, clip,
 abs, comparisons, select, round/floor, and the native unaries exp, log, sqrt/rsqrt,
@@ -49,12 +49,11 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
-from importlib import resources
 
 import numpy as np
 
+from ..data import load
 from ..errors import OptionError, ShapeError
 from ..graph import api
 from ..graph.tensor import Tensor, as_tensor, weight
@@ -82,9 +81,7 @@ __all__ = [
     "sin",
 ]
 
-_DATA = json.loads(
-    resources.files("aneforge.data").joinpath("special_coefficients.json").read_text()
-)
+_DATA = load("special_coefficients.json")
 _COEF = {name: tuple(rec["coefficients"]) for name, rec in _DATA["fits"].items()}
 ERFC_P = float(_DATA["fits"]["erfc"]["p"])  # t = 1 / (1 + ERFC_P x), fitted
 #: The largest fp16 x whose gamma(x) is finite in fp16 (gamma(9.21875) = 64580).
@@ -556,7 +553,7 @@ def log_wide(x, steps: int = 2) -> Tensor:
 
 
 def cumsum(x, *, exclusive: bool = False, reverse: bool = False) -> Tensor:
-    """Cumulative sum over the last axis as ``x @ triu_ones`` (spec 004,
+    """Cumulative sum over the last axis as ``x @ triu_ones`` (docs/numerics.md,
     "reduce_sum-as-matmul"): a matmul against a baked triangular ones weight.
 
     The matmul's wide float32 accumulator makes every prefix sum exact up to its one

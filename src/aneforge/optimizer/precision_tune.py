@@ -3,21 +3,24 @@
 ``tune_precision(out, target_error=E)`` (also ``af.tune(out, target_error=E)``) builds
 the numerics-aware candidates of a graph, measures each one's error on the device
 against a reference, prices each with :func:`~aneforge.estimate`, and returns the
-cheapest candidate whose error is at most ``E`` (spec 004, "Precision-aware tuning").
+cheapest candidate whose error is at most ``E`` (docs/numerics.md, "Precision-aware tuning").
 
-Candidates (a candidate that would be structurally identical to an earlier one, or that
-has nothing to rewrite, is skipped and listed in ``report["skipped"]`` with the reason):
+Candidates (:data:`CANDIDATE_PIPELINES`, each a pipeline of pass ids; a candidate that
+would be structurally identical to an earlier one, or one of whose passes has nothing
+to rewrite, is skipped and listed in ``report["skipped"]`` with the reason):
 
-- ``fp16``: the graph as built (the ``opt=0`` program);
-- ``reduce_sum_to_matmul``: :func:`~aneforge.reduce_sum_to_matmul`, auto-detected: only
-  when the graph has a ``sum`` over one axis (the rule leaves multi-axis sums alone);
-- ``int8``: the whole-graph per-channel int8 variant
+- ``fp16`` (no pass): the graph as built (the ``opt=0`` program);
+- ``reduce_sum_to_matmul`` (``accuracy::reduce_sum_to_matmul``):
+  :func:`~aneforge.reduce_sum_to_matmul`, auto-detected: only when the graph has a
+  ``sum`` over one axis (the rule leaves multi-axis sums alone);
+- ``int8`` (``compress::int8``): the whole-graph per-channel int8 variant
   (:func:`~aneforge.compression.quantize_graph_int8`), only when the graph has
   a contraction weight; lossy;
 - ``reduce_sum_to_matmul+int8``: both (int8 first, so the rewrite's ones stay fp16);
-- ``paired`` and ``reduce_sum_to_matmul+paired``, only with ``allow_paired=True`` (near
-  cancellation depends on the data, so it cannot be confirmed from the graph): the
-  cancellation fix of :func:`paired_cancellation`.
+- ``paired`` and ``reduce_sum_to_matmul+paired`` (``accuracy::paired_cancellation``
+  last), only with ``allow_paired=True`` (near cancellation depends on the data, so it
+  cannot be confirmed from the graph): the cancellation fix of
+  :func:`paired_cancellation`.
 
 The paired cancellation fix matches exactly a ``sub(a, b)`` node whose two operands are
 each a contraction with a weight: ``matmul(x, W)`` with ``W`` a 2-D weight node (``x @
@@ -69,7 +72,7 @@ Example:
     >>> import numpy as np, aneforge as af
     >>> from aneforge.optimizer.precision_tune import tune_precision
     >>> x = af.input((4, 2048), name="x")
-    >>> prog, report = tune_precision(x.sum(axes=-1), target_error=1e-3)
+    >>> prog, report = tune_precision(x.sum(axis=-1), target_error=1e-3)
     >>> report["chosen"], report["reference"]
     ('reduce_sum_to_matmul', 'fp32_faithful')
 """
@@ -82,18 +85,27 @@ import warnings
 
 import numpy as np
 
-from ..compiler.program import Program
-from ..compression import quantize_graph_int8
+from ..compiler.program import PassRecord, PassReport, Program
 from ..cost.estimate import estimate
 from ..devices import get_device
 from ..errors import OptionError, PrecisionWarning
 from ..graph.fp16 import round_fp16, wide_reductions
 from ..graph.hashing import structural_hash
 from ..graph.registry import get_op
+from ..graph.rewrite import EQUAL_OR_BETTER, LOSSY
 from ..graph.tensor import Tensor, make, weight, with_srcs
 from ..graph.walk import topological_order
 from ..numerics.paired import Paired, paired_subtract
 from .measure import device_id, relative_deviation, seeded_inputs
+from .passes import (
+    REQUIRED,
+    Option,
+    PassResult,
+    PassState,
+    pipeline,
+    register_pass,
+    run_pipeline,
+)
 from .rules import reduce_sum_to_matmul
 
 FP32_FAITHFUL = "fp32_faithful"
@@ -263,36 +275,74 @@ def _has_single_axis_sum(outs) -> bool:
     return False
 
 
-def _candidates(outs, allow_paired: bool):
-    """``(name -> (outputs, lossless, rewrites), name -> reason skipped)``."""
+@register_pass(
+    "accuracy::reduce_sum_to_matmul",
+    "every single-axis sum (and cumsum) through the wide matmul accumulator, when the "
+    "graph has a single-axis sum",
+)
+def _reduce_sum_pass(state: PassState) -> PassResult:
+    if not _has_single_axis_sum(state.outputs):
+        return PassResult(noop="no narrow single-axis sum to rewrite")
+    outs = reduce_sum_to_matmul(list(state.outputs))
+    return PassResult(tuple(outs), exactness=EQUAL_OR_BETTER)
 
-    built: dict[str, tuple] = {"fp16": (list(outs), True, 0)}
+
+@register_pass(
+    "accuracy::paired_cancellation",
+    "each sub of two weight contractions as a paired-fp16 subtract (values move toward "
+    "the wide reference)",
+)
+def _paired_pass(state: PassState) -> PassResult:
+    fixed, count = paired_cancellation(list(state.outputs))
+    if not count:
+        return PassResult(noop="no sub of two weight contractions to fix")
+    entries = {"paired_cancellation": {"rewrites": count}}
+    return PassResult(tuple(fixed), entries, exactness=EQUAL_OR_BETTER)
+
+
+_R2M_PASS, _PAIRED_PASS = "accuracy::reduce_sum_to_matmul", "accuracy::paired_cancellation"
+#: Each candidate's pipeline, in the order they are built and listed.
+CANDIDATE_PIPELINES = {
+    "fp16": pipeline("fp16"),
+    R2M: pipeline(R2M, _R2M_PASS),
+    "int8": pipeline("int8", "compress::int8"),
+    f"{R2M}+int8": pipeline(f"{R2M}+int8", "compress::int8", _R2M_PASS),
+    "paired": pipeline("paired", _PAIRED_PASS),
+    f"{R2M}+paired": pipeline(f"{R2M}+paired", _R2M_PASS, _PAIRED_PASS),
+}
+assert tuple(CANDIDATE_PIPELINES) == CANDIDATES
+#: The candidates a candidate combines: it is built only when they all are.
+_COMBINES = {f"{R2M}+int8": (R2M, "int8"), "paired": ("fp16",), f"{R2M}+paired": (R2M,)}
+_OPT_IN = ("paired", f"{R2M}+paired")  # only with allow_paired=True
+
+
+def _candidates(outs, allow_paired: bool):
+    """``(name -> (outputs, lossless, rewrites, pass report), name -> reason skipped)``.
+
+    ``lossless`` means no lossy pass (the int8 weights); ``rewrites`` counts the paired
+    subtractions."""
+
+    built: dict[str, tuple] = {}
     skipped: dict[str, str] = {}
-    if _has_single_axis_sum(outs):
-        built[R2M] = (reduce_sum_to_matmul(list(outs)), True, 0)
-    else:
-        skipped[R2M] = "no narrow single-axis sum to rewrite"
-    int8 = quantize_graph_int8(list(outs))
-    if structural_hash(int8) == structural_hash(outs):
-        skipped["int8"] = "no contraction weight to quantize"
-    else:
-        built["int8"] = (int8, False, 0)
-        if R2M in built:
-            built[f"{R2M}+int8"] = (reduce_sum_to_matmul(int8), False, 0)
-    if f"{R2M}+int8" not in built:
-        skipped[f"{R2M}+int8"] = "needs both reduce_sum_to_matmul and int8"
-    for base in ("fp16", R2M):
-        name = "paired" if base == "fp16" else f"{R2M}+paired"
-        if not allow_paired:
+    for name, pipe in CANDIDATE_PIPELINES.items():
+        missing = [n for n in _COMBINES.get(name, ()) if n not in built]
+        if name in _OPT_IN and not allow_paired:
             skipped[name] = "opt-in: allow_paired=False"
-        elif base not in built:
-            skipped[name] = f"needs {base}"
-        else:
-            fixed, count = paired_cancellation(built[base][0])
-            if count:
-                built[name] = (fixed, True, count)
-            else:
-                skipped[name] = "no sub of two weight contractions to fix"
+            continue
+        if missing:
+            needs = _COMBINES[name]
+            skipped[name] = (
+                f"needs both {' and '.join(needs)}" if len(needs) > 1 else f"needs {needs[0]}"
+            )
+            continue
+        state, report = run_pipeline(pipe, list(outs), warn=False)
+        noop = next((r.noop for r in report.records if r.noop is not None), None)
+        if noop is not None:
+            skipped[name] = noop
+            continue
+        lossless = all(r.exactness != LOSSY for r in report.records)
+        rewrites = state.entries.get("paired_cancellation", {}).get("rewrites", 0)
+        built[name] = (list(state.outputs), lossless, rewrites, report)
     seen: dict[str, str] = {}
     unique: dict[str, tuple] = {}
     for name in CANDIDATES:
@@ -354,7 +404,8 @@ def tune_precision(out, target_error, inputs=None, allow_paired: bool = False, d
         ``reference_note``, ``candidates`` (per name: ``error``, ``estimate_us``,
         ``lossless``, ``chosen``, ``rewrites``), ``skipped`` (name -> reason),
         ``chosen``, ``met``, ``message``, ``allow_paired`` and ``device``; the program
-        carries it as ``tune_report`` and ``passes["precision_tune"]``. Warns
+        carries it as ``tune_report`` and ``passes["precision_tune"]``, and its
+        ``report`` holds the chosen candidate's pipeline records. Warns
         ``PrecisionWarning`` when no candidate meets the target. Deterministic for a
         deterministic device.
     """
@@ -378,7 +429,7 @@ def tune_precision(out, target_error, inputs=None, allow_paired: bool = False, d
     candidates, skipped = _candidates(outs, allow_paired)
     table: dict[str, dict] = {}
     programs: dict[str, Program] = {}
-    for name, (graph, lossless, rewrites) in candidates.items():
+    for name, (graph, lossless, rewrites, _) in candidates.items():
         prog = baseline if name == "fp16" else Program.from_outputs(graph)
         got = baseline_out if name == "fp16" else dev.run(prog, feeds)
         programs[name] = prog
@@ -425,10 +476,28 @@ def tune_precision(out, target_error, inputs=None, allow_paired: bool = False, d
         "allow_paired": allow_paired,
         "device": device_id(dev),
     }
-    prog = programs[choice]
-    if prog is baseline:
-        prog = Program.from_outputs(outs)  # a fresh Program, like every other choice
-    prog.opt = 2
-    prog.tune_report = report
-    prog.passes["precision_tune"] = report
-    return prog, report
+    records = candidates[choice][3].records + (PassRecord(TUNE_PASS, {"precision_tune": report}),)
+    passes = PassReport(CANDIDATE_PIPELINES[choice].name, records, report)
+    return programs[choice].replace(opt=2, report=passes), report
+
+
+TUNE_PASS = "tune::precision"
+
+
+@register_pass(
+    TUNE_PASS,
+    "tune_precision: the cheapest candidate whose measured error meets target_error",
+    {
+        "target_error": Option(REQUIRED, "the accepted max|out - ref| / max|ref|"),
+        "inputs": Option(None, "arrays to measure with"),
+        "allow_paired": Option(False, "also try the paired-fp16 cancellation fix",
+                               lambda v: isinstance(v, bool), "True or False"),
+        "device": Option(None, "where candidates run"),
+    },
+)  # fmt: skip
+def _tune_precision_pass(state: PassState, **options) -> PassResult:
+    prog, report = tune_precision(list(state.outputs), **options)  # it warns itself
+    lossless = report["candidates"][report["chosen"]]["lossless"]
+    exactness = EQUAL_OR_BETTER if lossless else LOSSY
+    entries = {"precision_tune": report}
+    return PassResult(prog.outputs, entries, exactness=exactness, tune=report)

@@ -16,7 +16,7 @@ The classes (:data:`~aneforge.graph.rewrite.EXACTNESS`) are measured by
 Example:
     >>> import aneforge as af
     >>> x = af.input((4, 8))
-    >>> y = af.reduce_sum_to_matmul(x.sum(axes=0))
+    >>> y = af.reduce_sum_to_matmul(x.sum(axis=0))
     >>> [n.op for n in af.compile(y).compute_nodes]
     ['transpose', 'matmul', 'reshape']
     >>> [r.exactness for r in REDUCE_TO_MATMUL]
@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..emulator.gemm import gemm_reference  # folded with the emulator's fp16 kernels
+from ..graph.facts import Flag
 from ..graph.fp16 import round_fp16
 from ..graph.registry import all_ops, get_op
 from ..graph.rewrite import BIT_IDENTICAL, EQUAL_OR_BETTER, LOSSY, Rule, rewrite
@@ -48,11 +49,13 @@ def _weight_equal_to(t: Tensor, value: float) -> bool:
     return bool(np.all(v == value))
 
 
-def _operand_if(node: Tensor, neutral: float, commutative: bool) -> Tensor | None:
-    """The non-neutral operand of a binary node whose other side is ``neutral``."""
+def _operand_if(node: Tensor, neutral: float) -> Tensor | None:
+    """The non-neutral operand of a binary node whose other side is ``neutral``; the
+    left side counts only when the op's record says it is commutative."""
     a, b = node.srcs
     if _weight_equal_to(b, neutral) and a.shape == node.shape:
         return a
+    commutative = Flag.COMMUTATIVE in get_op(node.op).flags
     if commutative and _weight_equal_to(a, neutral) and b.shape == node.shape:
         return b
     return None
@@ -94,17 +97,17 @@ def _merge_transposes(node):
 
 
 def _mul_by_one(node):
-    return _operand_if(node, 1.0, commutative=True)
+    return _operand_if(node, 1.0)
 
 
 def _add_zero(node):
     # x + (-0) is x for every x, bit for bit; x + (+0) turns -0 into +0, so it stays.
-    return _operand_if(node, -0.0, True)
+    return _operand_if(node, -0.0)
 
 
 def _sub_zero(node):
     # x - (+0) is x + (-0); x - (-0) is x + (+0), which turns -0 into +0, so it stays.
-    return _operand_if(node, 0.0, False)
+    return _operand_if(node, 0.0)
 
 
 def _double_neg(node):

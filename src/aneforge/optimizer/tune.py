@@ -20,7 +20,9 @@
 
 With ``target_error=E`` it is precision-aware tuning instead
 (:func:`~aneforge.optimizer.precision_tune.tune_precision`): the cheapest candidate whose
-measured error meets ``E``, returned as ``(program, report)``.
+measured error meets ``E``. Either way ``tune`` returns a Program, its report in
+``prog.tune_report``; the tuned program's ``prog.report`` holds the records of the
+chosen variant's pipeline. ``compile(opt=2)`` runs it as the pass ``tune::measure``.
 
 Example:
     >>> import numpy as np, tempfile, aneforge as af
@@ -32,15 +34,19 @@ Example:
 
 from __future__ import annotations
 
-from ..compiler.program import Program
+import inspect
+
+from ..compiler.program import PassReport, Program
 from ..cost.estimate import estimate
 from ..devices import get_device
 from ..errors import OptionError
 from ..graph.hashing import structural_hash
+from ..graph.rewrite import BIT_IDENTICAL, LOSSY
 from ..graph.tensor import Tensor
 from . import variants as variant_lib
 from .cache import TuneCache
 from .measure import DEFAULT_ATOL, MIN_LOSSY_SPEEDUP, device_id, relative_deviation, seeded_inputs
+from .passes import Option, PassResult, PassState, register_pass
 from .precision_tune import tune_precision
 
 
@@ -76,14 +82,17 @@ def _from_cache(store, key, hit, outs, atol, dev, baseline_prog, feeds):
         path = store.path(key)
         store.warn(path, f"ignoring tuning cache entry {path}: it {problem}; re-tuning", 4)
         return None
-    if variant.report is not None:
-        prog.passes["compression"] = variant.report
-    prog.opt = 2
     report = dict(hit, lossless=variant.lossless, cached=True)
     if error is not None:
         report["errors"] = {**hit.get("errors", {}), name: error}
-    prog.tune_report = report
-    return prog
+    return _tuned(prog, variant, report)
+
+
+def _tuned(prog: Program, variant, report: dict) -> Program:
+    """``prog`` (of ``variant``) as the tuner's result: opt=2, its report carrying the
+    variant pipeline's records and the tuner's report."""
+    passes = PassReport(variant.passes.pipeline, variant.passes.records, report)
+    return prog.replace(opt=2, report=passes)
 
 
 def tune(
@@ -120,23 +129,31 @@ def tune(
 
     Returns:
         The chosen Program, with ``tune_report`` (variant, measured times, errors,
-        whether it came from the cache). Deterministic for a deterministic device.
+        whether it came from the cache; with ``target_error``, the report of
+        :func:`~aneforge.optimizer.precision_tune.tune_precision`). Deterministic for a
+        deterministic device.
     """
     if target_error is not None or allow_paired:
         if target_error is None:
             raise OptionError("tune: allow_paired=True needs target_error= (precision tuning)")
-        defaults = (8, DEFAULT_ATOL, MIN_LOSSY_SPEEDUP, 1.5, True, None)
-        given = (budget, atol, min_lossy_speedup, prune_factor, cache, cache_dir)
-        names = ("budget", "atol", "min_lossy_speedup", "prune_factor", "cache", "cache_dir")
-        extra = [n for n, v, d in zip(names, given, defaults) if v != d]
+        given = {
+            "budget": budget,
+            "atol": atol,
+            "min_lossy_speedup": min_lossy_speedup,
+            "prune_factor": prune_factor,
+            "cache": cache,
+            "cache_dir": cache_dir,
+        }
+        extra = [n for n, v in given.items() if v != TUNE_DEFAULTS[n]]
         if extra:
             raise OptionError(
                 f"tune: target_error= (precision tuning) takes only inputs, device and "
                 f"allow_paired; got {', '.join(extra)}"
             )
-        return tune_precision(
+        prog, _ = tune_precision(
             out, target_error, inputs=inputs, allow_paired=allow_paired, device=device
         )
+        return prog
     for label, value, lo in (("budget", budget, 1), ("prune_factor", prune_factor, 1.0)):
         if not value >= lo:
             raise OptionError(f"tune: {label} must be >= {lo}, got {value!r}")
@@ -206,9 +223,31 @@ def tune(
     }
     if store:
         store.put(key, report)
-    prog = programs[choice]
-    if variants[choice].report is not None:
-        prog.passes["compression"] = variants[choice].report
-    prog.opt = 2
-    prog.tune_report = dict(report, cached=False)
-    return prog
+    return _tuned(programs[choice], variants[choice], dict(report, cached=False))
+
+
+#: tune's options and their defaults, read from its signature (the one place they are
+#: written): the target_error check and the ``tune::measure`` pass's schema use them.
+TUNE_DEFAULTS = {
+    name: p.default
+    for name, p in inspect.signature(tune).parameters.items()
+    if p.default is not inspect.Parameter.empty
+}
+_MEASURE_OPTIONS = ("budget", "atol", "min_lossy_speedup", "prune_factor", "device", "cache",
+                    "cache_dir")  # fmt: skip
+
+
+@register_pass(
+    "tune::measure",
+    "af.tune: the variants measured on the device, the fastest valid one kept",
+    {name: Option(TUNE_DEFAULTS[name], f"tune's {name}") for name in _MEASURE_OPTIONS},
+)
+def _tune_measure(state: PassState, **options) -> PassResult:
+    tuned = tune(list(state.outputs), **options)
+    report = tuned.tune_report
+    entries = {"variant": {"variant": report.get("variant"),
+                           "lossless": report.get("lossless") is True}}  # fmt: skip
+    if "compression" in tuned.passes:  # an int4 / auto variant
+        entries["compression"] = tuned.passes["compression"]
+    exactness = BIT_IDENTICAL if entries["variant"]["lossless"] else LOSSY
+    return PassResult(tuned.outputs, entries, exactness=exactness, tune=report)

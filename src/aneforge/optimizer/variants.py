@@ -1,24 +1,29 @@
 """Named, rebuildable variants of a graph: the candidates opt=1 and the tuner choose from.
 
-A variant is a deterministic function of the graph and its name, so a tuning cache can
-store only the name. Lossless variants compute the same bits (route swaps, canonical
-rewrites): they apply only records of the bit-identical class, and a variant's
-``exactness`` is the weakest class of what it applied (so ``lossless`` follows from the
-records' classes, not from its name). Equal-or-better rewrites (``reduce_sum_to_matmul``)
-are no variant: they change values, and only ``tune(target_error=...)`` measures them.
+A variant is a named pipeline (:data:`VARIANTS`, pass ids of
+:mod:`aneforge.optimizer.passes`) run on the graph: a deterministic function of the
+graph and its name, so a tuning cache can store only the name. Lossless variants
+compute the same bits (route swaps, canonical rewrites): they apply only records of the
+bit-identical class, and a variant's ``exactness`` is the weakest class of what its
+passes applied (so ``lossless`` follows from the records' classes, not from its name).
+Equal-or-better rewrites (``reduce_sum_to_matmul``) are no variant: they change values,
+and only ``tune(target_error=...)`` measures them.
 The int8 variants are lossy and only enter where accuracy gates admit them.
 
-- ``native``: the graph as built (the ``opt=0`` program);
-- ``routes``: the lossless route pass (per bridge node, native or decomposition by the
-  cost model);
-- ``decomposed``: every route-bearing bridge op replaced by its fused decomposition
-  (bit-identical alts only);
-- ``canonical``: the route pass plus the canonical rewrites;
-- ``int8`` / ``routes+int8``: the whole-graph per-channel int8 weights on top;
-- ``int4`` / ``auto`` (compression, tuner only): ``compile(compress='int4' | 'auto')``
-  at the default ``compress_atol`` (0.05): int4 tables where each weight's gate admits
-  them, falling back to int8 / fp16 (``auto`` adds sparse). Lossless when the pass chose
-  nothing lossy (fp16 and sparse only); their report is ``Variant.report``.
+- ``native`` (no pass): the graph as built (the ``opt=0`` program);
+- ``routes`` (``route::select``): the lossless route pass (per bridge node, native or
+  decomposition by the cost model);
+- ``decomposed`` (``route::decompose``): every route-bearing bridge op replaced by its
+  fused decomposition (bit-identical alts only);
+- ``canonical`` (``route::select``, ``canon::rules``): the route pass plus the canonical
+  rewrites;
+- ``int8`` / ``routes+int8`` (``compress::int8``, after ``route::select`` for the
+  second): the whole-graph per-channel int8 weights on top;
+- ``int4`` / ``auto`` (``compress::weights`` with that mode; tuner only):
+  ``compile(compress='int4' | 'auto')`` at the default ``compress_atol`` (0.05): int4
+  tables where each weight's gate admits them, falling back to int8 / fp16 (``auto``
+  adds sparse). Lossless when the pass chose nothing lossy (fp16 and sparse only); their
+  report is ``Variant.report``.
 
 The weight-quantized variants (``int8``, ``routes+int8``, ``int4``, ``auto``) are built
 only when :func:`int8_admissible` proves, from the inputs' declared ranges, that every
@@ -41,30 +46,43 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..analysis.ranges import INT8_ACTIVATION_LIMIT, range_analysis
-from ..compression import compress_graph, quantize_graph_int8
+from ..compiler.program import PassReport
 from ..cost.estimate import estimate
-from ..errors import OptionError
+from ..errors import AneforgeWarning, OptionError
 from ..graph.hashing import structural_hash
-from ..graph.rewrite import BIT_IDENTICAL, rewrite, weakest
-from ..graph.rewrite import LOSSY as NO_CLAIM  # the exactness class (LOSSY here names variants)
+from ..graph.rewrite import BIT_IDENTICAL, weakest
 from ..graph.tensor import Tensor
-from .routes import route_rules, select_routes
-from .rules import CANONICAL
+from .measure import MIN_LOSSY_SPEEDUP
+from .passes import PassResult, PassState, pipeline, register_pass, run_pipeline
 
+#: Each variant's pipeline, by the name reports and the tuning cache use.
+VARIANTS = {
+    "native": pipeline("native"),
+    "routes": pipeline("routes", "route::select"),
+    "decomposed": pipeline("decomposed", "route::decompose"),
+    "canonical": pipeline("canonical", "route::select", "canon::rules"),
+    "int8": pipeline("int8", "compress::int8"),
+    "routes+int8": pipeline("routes+int8", "route::select", "compress::int8"),
+    "int4": pipeline("int4", ("compress::weights", {"mode": "int4"})),
+    "auto": pipeline("auto", ("compress::weights", {"mode": "auto"})),
+}
 LOSSLESS = ("native", "routes", "decomposed", "canonical")
 LOSSY = ("int8", "routes+int8")
 COMPRESSED = ("int4", "auto")  # weight compression, accuracy-gated per weight
+assert set(VARIANTS) == set(LOSSLESS + LOSSY + COMPRESSED)
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One candidate lowering: ``exactness`` is the weakest class of the rules and
-    routes it applied (:data:`~aneforge.graph.rewrite.EXACTNESS`)."""
+    """One candidate lowering: the outputs of its pipeline and the pipeline's
+    :class:`~aneforge.compiler.program.PassReport`; ``exactness`` is the weakest class
+    of the rules and routes it applied (:data:`~aneforge.graph.rewrite.EXACTNESS`)."""
 
     name: str
     outputs: tuple[Tensor, ...]
     exactness: str
     report: dict | None = None  # the compression report of an int4 / auto variant
+    passes: PassReport = PassReport()
 
     @property
     def lossless(self) -> bool:
@@ -73,36 +91,20 @@ class Variant:
 
 
 def build_variant(outputs, name: str) -> Variant:
-    """Build variant ``name`` of the graph of ``outputs``."""
+    """Build variant ``name`` of the graph of ``outputs``: run its pipeline.
 
-    outs = list(outputs)
-    base, _, suffix = name.partition("+")
-    if name in ("int8", *COMPRESSED):
-        base, suffix = "native", name
-    applied: list[str] = []  # the classes of the records that fired
-    if base == "routes" or base == "canonical":
-        outs, decisions = select_routes(outs, estimate)
-        applied += [d["loss_class"] for d in decisions if d["choice"] == "fused"]
-        if base == "canonical":
-            outs, report = rewrite(outs, CANONICAL)
-            classes = {r.name: r.exactness for r in CANONICAL}
-            applied += [classes[rule] for rule in report.matches]
-    elif base == "decomposed":
-        rules = route_rules()
-        outs, report = rewrite(outs, rules)
-        applied += [r.exactness for r in rules if r.name in report.matches]
-    elif base != "native":
+    Example:
+        >>> import aneforge as af
+        >>> from aneforge.graph.ops.bridge import flatten
+        >>> v = build_variant([flatten(af.input((2, 3, 4)), 1)], "decomposed")
+        >>> v.outputs[0].op, v.lossless, v.passes.ran
+        ('reshape', True, ('route::decompose',))
+    """
+    if name not in VARIANTS:
         raise OptionError(f"unknown variant {name!r}; known: {LOSSLESS + LOSSY + COMPRESSED}")
-    if suffix == "int8":
-        outs = quantize_graph_int8(outs)
-        applied.append(NO_CLAIM)
-    elif suffix in COMPRESSED:
-        outs, report = compress_graph(outs, suffix)
-        applied.append(BIT_IDENTICAL if report["lossy"] == 0 else NO_CLAIM)
-        return Variant(name, tuple(outs), weakest(applied), report)
-    elif suffix:
-        raise OptionError(f"unknown variant {name!r}; known: {LOSSLESS + LOSSY + COMPRESSED}")
-    return Variant(name, tuple(outs), weakest(applied))
+    state, report = run_pipeline(VARIANTS[name], list(outputs), warn=False)
+    exactness = weakest(r.exactness for r in report.records)
+    return Variant(name, state.outputs, exactness, report.entries.get("compression"), report)
 
 
 def int8_admissible(outputs) -> bool:
@@ -139,3 +141,31 @@ def build_variants(outputs, lossy: bool, compress: bool = False) -> dict[str, Va
         seen[h] = name
         out[name] = v
     return out
+
+
+@register_pass(
+    "variant::pick_by_estimate",
+    "the variant with the lowest estimate; a lossy one only when predicted "
+    "MIN_LOSSY_SPEEDUP x faster than the best lossless one",
+)
+def pick_by_estimate(state: PassState) -> PassResult:
+    """opt=1: the variant with the lowest estimate; a lossy one only when it is predicted
+    at least ``MIN_LOSSY_SPEEDUP`` times faster than the best lossless one (the margin
+    the tuner asks of a measured lossy variant). A lossy pick is warned about."""
+    variants = build_variants(state.outputs, lossy=True)
+    order = list(variants)
+    cost = {n: estimate(list(variants[n].outputs)) for n in order}
+    lossless = min((n for n in order if variants[n].lossless), key=lambda n: (cost[n], n))
+    name = min(order, key=lambda n: (cost[n], order.index(n)))
+    if not variants[name].lossless and cost[lossless] < MIN_LOSSY_SPEEDUP * cost[name]:
+        name = lossless
+    chosen = variants[name]
+    found = ()
+    if not chosen.lossless:
+        message = (
+            f"compile(opt=1) chose the lossy '{name}' variant (about 1% weight error); "
+            "use opt='routes' to stay lossless or opt=2 to validate against the baseline"
+        )
+        found = ((AneforgeWarning, message),)
+    entry = {"variant": {"variant": name, "lossless": chosen.lossless}}
+    return PassResult(chosen.outputs, entry, found, chosen.exactness)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import csv
 import io
 from functools import lru_cache
-from importlib import resources
+
+from ..data import text
 
 FILE = "chip_memory.csv"
 
@@ -28,9 +29,8 @@ def _key(name: str) -> str:
 
 @lru_cache(maxsize=1)
 def _table() -> dict[str, float]:
-    text = resources.files("aneforge.data").joinpath(FILE).read_text()
     table = {}
-    for row in csv.DictReader(io.StringIO(text)):
+    for row in csv.DictReader(io.StringIO(text(FILE))):
         gb_s = float(row["memory_bandwidth_gb_s"])
         if not gb_s > 0:
             raise ValueError(f"{FILE}: {row['chip']}: bandwidth must be positive, got {gb_s}")

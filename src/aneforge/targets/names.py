@@ -2,7 +2,8 @@
 
 :data:`MARKETING` is the mapping table, as data: one row per chip name, with the
 architecture it is modelled as, the evidence for that choice and a ``doubtful`` flag.
-Only the rows spec 000 itself backs (its silicon anchors: M1 = h13, M2 Pro = h14, the
+Only the rows the specification's silicon anchors back (docs/targets.md, "Anchors and
+provenance": M1 = h13, M2 Pro = h14, the
 M5 Pro host = h17s) are not doubtful; every other row is a best-evidenced inference,
 argued in its ``evidence`` text and in ``docs/targets.md``.
 
@@ -33,7 +34,7 @@ class MarketingName(NamedTuple):
 
     name: str  # as Apple writes it
     arch: str
-    doubtful: bool  # True unless spec 000 itself backs the row
+    doubtful: bool  # True unless a silicon anchor backs the row
     basis: str  # a key of EVIDENCE: the argument the row rests on
     note: str = ""  # what is particular to this row
 
@@ -60,7 +61,7 @@ EVIDENCE: dict[str, str] = {
     "spec": "Spec 000, 'Silicon anchors':",
     "m-ladder": (
         "Generation ladder: the M(n) engine is generation H(n+12). M1 = h13 and the M5 "
-        "(Pro) = h17s are measured (spec 000); M2 = h14 by the h14_ane_fw firmware the "
+        "(Pro) = h17s are measured (silicon anchors); M2 = h14 by the h14_ane_fw firmware the "
         "Asahi Linux ANE notes list for the M2 (T8112)."
     ),
     "a-ladder": (

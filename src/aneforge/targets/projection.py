@@ -1,7 +1,8 @@
 """Measurement-free peak projection and the provenance of a per-chip estimate.
 
 Spec 000 anchors the analytic per-chip model to three measured chips, :data:`ANCHORS`
-(as data, with the constants the spec quotes for each): h13 (M1, family 2), h14 (M2 Pro,
+(``data/anchors.json``: the constants the spec quotes for each, with their sources;
+:mod:`aneforge.cost.spec_baseline` reads the same file): h13 (M1, family 2), h14 (M2 Pro,
 family 3) and h17s (M5 Pro, family 5). :func:`anchor_for` names the anchor an
 architecture is scaled from: its own family's anchor when the family owns one
 ("silicon-anchored"), else the nearest anchor below it, else the nearest above
@@ -20,52 +21,26 @@ Example:
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from importlib import resources
+from collections.abc import Mapping
 
+from ..data import load
 from .names import resolve_target
 from .table import Target, get_target
 
-M1_PEAK_TFLOPS = 1.8  # spec 000: the headline measured fp16 peak of the M1 (h13)
-REFERENCE_ARCH = "h13"  # the architecture of that measured point
+_ANCHOR_FILE = load("anchors.json")  # the silicon anchors, each with its source
+
+M1_PEAK_TFLOPS: float = _ANCHOR_FILE["reference"]["peak_tflops"]  # the M1's measured peak
+REFERENCE_ARCH: str = _ANCHOR_FILE["reference"]["arch"]  # the architecture of that point
 
 SILICON_ANCHORED = "silicon-anchored"
 EXTRAPOLATED = "extrapolated"
 
-# The measured anchors and the constants spec 000 ("Silicon anchors") quotes for each;
-# None where the spec gives no figure. peak_tflops is the roofline fit's peak (the M1's
-# headline *measured* peak, 1.8 TFLOP/s, is M1_PEAK_TFLOPS); ramp is the h14
-# mid-utilization compute ramp eff_peak = peak * min(1, (flops / F) ** q).
-ANCHORS: dict[str, dict] = {
-    "h13": {
-        "family": 2,
-        "chip": "M1",
-        "peak_tflops": 3.25,
-        "bw_gb_s": 9.0,
-        "floor_us": 220.0,
-        "ramp": None,
-        "source": "5 measured M1 convs, latency-roofline fit within +/-17%",
-    },
-    "h14": {
-        "family": 3,
-        "chip": "M2 Pro",
-        "peak_tflops": 7.24,
-        "bw_gb_s": None,
-        "floor_us": None,
-        "ramp": {"F": 1.8e10, "q": 0.38},
-        "source": "measured M2 Pro 25-point grid (ramp: mean error 1.61x -> 1.16x)",
-    },
-    "h17s": {
-        "family": 5,
-        "chip": "M5 Pro",
-        "peak_tflops": 8.9,
-        "bw_gb_s": 57.0,
-        "floor_us": 110.0,
-        "ramp": None,
-        "source": "2026-06-05 loop-closure re-fit on the M5 Pro host (convs within ~13%)",
-    },
-}
+#: The measured anchors and the constants the specification quotes for each
+#: (``data/anchors.json``, read-only); None where the spec gives no figure. peak_tflops
+#: is the roofline fit's peak (the M1's headline *measured* peak, 1.8 TFLOP/s, is
+#: M1_PEAK_TFLOPS); ramp is the h14 mid-utilization compute ramp
+#: eff_peak = peak * min(1, (flops / F) ** q).
+ANCHORS: Mapping[str, Mapping] = _ANCHOR_FILE["anchors"]
 
 
 def anchor_for(arch: str | Target) -> tuple[str, str]:
@@ -91,7 +66,8 @@ def estimate_provenance(arch: str | Target) -> dict:
 
     Returns ``{"arch", "family", "kind", "anchor", "reason", "measured"}``; ``kind`` is
     ``'silicon-anchored'`` or ``'extrapolated'`` and ``anchor`` the anchor architecture
-    (spec 000's three anchors). ``measured`` lists, for each chip with published timings
+    (the three silicon anchors, docs/targets.md). ``measured`` lists, for each chip with
+    published timings
     that resolves to ``arch``, how far the analytic model lands from them
     (:func:`measured_accuracy`); it is empty when no published timing covers the arch.
 
@@ -107,7 +83,7 @@ def estimate_provenance(arch: str | Target) -> dict:
     a_tier = get_target(anchor).tier
     label = f"{anchor} ({a['chip']})"
     if t.arch == anchor:
-        reason = f"{t.arch} is the measured {a['chip']} anchor itself (spec 000)"
+        reason = f"{t.arch} is the measured {a['chip']} anchor itself"
     elif kind == SILICON_ANCHORED:
         reason = (
             f"family {t.family} ({t.tier} tier) owns the {label} silicon anchor; "
@@ -140,10 +116,8 @@ def estimate_provenance(arch: str | Target) -> dict:
     }
 
 
-@lru_cache(maxsize=1)
-def _fit_errors() -> dict:
-    text = resources.files("aneforge.data").joinpath("analytic_model.json").read_text()
-    return json.loads(text).get("errors", {})
+def _fit_errors() -> Mapping:
+    return load("analytic_model.json")["errors"]
 
 
 def measured_accuracy(arch: str) -> list[dict]:

@@ -1,35 +1,35 @@
 """The engine targets: 25 architectures in five capability families, with their curves.
 
-Families (spec 000, issue 4): F1 has no MIL path; F2 is the A13 tier (M1), F3 the A14
-tier, F4 the A15 tier, F5 the A16 tier. Each architecture carries its hardware curve
-(cores, operating clock 0.8 * fmax, effective clock) from ``data/chip_curves.json``; an
-architecture without its own curve folds to the die of its generation, else to its
-family's representative die, and says so (``curve_from``).
+Families (docs/targets.md, "Capability families"): F1 has no MIL path; F2 is the A13
+tier (M1), F3 the A14 tier, F4 the A15 tier, F5 the A16 tier. Each family's members,
+tier and capabilities are one record of ``data/families.json`` (:mod:`.capability`);
+:data:`FAMILIES`, :data:`FAMILY_TIER` and :data:`FAMILY_REPRESENTATIVE` are views of it.
+Each architecture carries its hardware curve (cores, operating clock 0.8 * fmax,
+effective clock) from ``data/chip_curves.json``; an architecture without its own curve
+folds to the die of its generation, else to its family's representative die, and says so
+(``curve_from``).
 
 Example:
     >>> from aneforge.targets.table import get_target
     >>> t = get_target("h14g")
-    >>> t.family, t.curve_from
-    (3, 'h14')
+    >>> t.family, t.curve_from, t.capability.max_kernel_width
+    (3, 'h14', 13)
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from functools import cache, lru_cache
-from importlib import resources
+from functools import cache
 
-FAMILIES: dict[int, tuple[str, ...]] = {
-    1: ("h11", "h12", "m9", "t0"),
-    2: ("h13", "h13g", "t1"),
-    3: ("h14", "h14g", "h14c"),
-    4: ("h15", "h15g", "h15c", "m11"),
-    5: ("h16", "h16g", "h16c", "h16s", "h17", "h17a", "h17g", "h17s", "h17c", "h17d", "h18"),
-}
-FAMILY_TIER = {1: "no MIL", 2: "A13", 3: "A14", 4: "A15", 5: "A16"}
-# The die whose curve stands for a family member that has none of its own.
-FAMILY_REPRESENTATIVE = {1: "h11", 2: "h13", 3: "h14", 4: "h15", 5: "h17s"}
+from ..data import load
+from .capability import Capability, capabilities, capability
+
+#: family -> its architectures (views of data/families.json).
+FAMILIES: dict[int, tuple[str, ...]] = {c.family: c.members for c in capabilities()}
+#: family -> its tier label.
+FAMILY_TIER: dict[int, str] = {c.family: c.tier for c in capabilities()}
+#: family -> the die whose curve stands for a family member that has none of its own.
+FAMILY_REPRESENTATIVE: dict[int, str] = {c.family: c.representative for c in capabilities()}
 
 
 @dataclass(frozen=True)
@@ -55,20 +55,23 @@ class Target:
         return self.cores / self.mult
 
     @property
+    def capability(self) -> Capability:
+        """What the architecture's family can do (:func:`.capability.capability`)."""
+        return capability(self.family)
+
+    @property
     def tier(self) -> str:
         """The capability tier label of the family ('A13', 'A16', ...)."""
-        return FAMILY_TIER[self.family]
+        return self.capability.tier
 
     @property
     def has_mil(self) -> bool:
         """Whether the architecture compiles ML programs at all (F1 does not)."""
-        return self.family >= 2
+        return self.capability.has_mil
 
 
-@lru_cache(maxsize=1)
-def _curves() -> dict[str, dict]:
-    text = resources.files("aneforge.data").joinpath("chip_curves.json").read_text()
-    return json.loads(text)["chips"]
+def _curves():
+    return load("chip_curves.json")["chips"]
 
 
 def _curve_source(arch: str, family: int) -> str:

@@ -1,12 +1,70 @@
-"""Helpers shared by the op definitions: shape rules, axis handling, kernel wrappers."""
+"""Helpers shared by the op definitions: the fused family's record factory, shape rules,
+axis handling, kernel wrappers."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ...errors import AttributeValueError, ShapeError
+from ..facts import EVERY_FAMILY, ONLY_LOWERING, Role
 from ..fp16 import exact, narrow_sum, round_fp16
-from ..registry import get_op
+from ..registry import OpDef, get_op, no_flops
+
+
+def fused_op(
+    name,
+    arity,
+    attrs,
+    shape,
+    emulate,
+    exact,
+    *,
+    doc,
+    sign,
+    range,  # noqa: A002
+    flags=(),
+    flops=no_flops,
+    narrow=None,
+    role=Role.NONE,
+    weight_operand=None,
+    min_family=EVERY_FAMILY,
+    below_floor=None,
+    width_begin=None,
+    min_arity=1,
+    max_arity=None,
+) -> OpDef:
+    """The record of one fused op (kind ``"fused"``), every fact declared.
+
+    ``sign`` and ``range`` have no family default: each op states them. The other facts
+    default to "none": no narrow sum, not a contraction, no weight operand, native on
+    every family, no crop-DMA read. A fused op is its own lowering
+    (``route=ONLY_LOWERING``) and is priced by the analytic model (``work=None``).
+    See :class:`~aneforge.graph.registry.OpDef` for each field.
+    """
+    return OpDef(
+        name,
+        "fused",
+        arity,
+        attrs,
+        shape,
+        emulate,
+        exact,
+        flops,
+        doc=doc,
+        flags=flags,
+        range=range,
+        min_arity=min_arity,
+        max_arity=max_arity,
+        sign=sign,
+        narrow=narrow,
+        role=role,
+        weight_operand=weight_operand,
+        min_family=min_family,
+        below_floor=below_floor,
+        route=ONLY_LOWERING,
+        work=None,
+        width_begin=width_begin,
+    )
 
 
 def broadcast_shape(op: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:

@@ -29,9 +29,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import AttributeValueError, ShapeError
+from ..facts import Flag, Role, WeightOperand, signed
 from ..ranges import ETA16, INF, U16, Interval, weight_value
-from ..registry import OpDef, int_attr, ints_attr, register
-from .common import broadcast_shape, pads, spatial_tuple
+from ..registry import int_attr, ints_attr, register
+from .common import broadcast_shape, fused_op, pads, spatial_tuple
 from .contraction_bounds import (
     bias_bounds,
     clamped,
@@ -135,23 +136,29 @@ def _matmul_range(node, srcs, env):
     return contraction_interval(env, lo, hi, nan)
 
 
-for _name, _doc in (
-    ("matmul", "x @ W with W a weight (NumPy matmul semantics)"),
-    ("bmm", "a @ b between two tensors, batch dims broadcast (NumPy matmul semantics)"),
+_CONTRACTION = (Flag.CONTRACTION,)
+
+# matmul streams its right operand as the weight, channels on its last axis; bmm's two
+# operands are activations (nothing to compress, no GEMV role swap).
+for _name, _doc, _weight in (
+    ("matmul", "x @ W with W a weight (NumPy matmul semantics)", WeightOperand(1, -1)),
+    ("bmm", "a @ b between two tensors, batch dims broadcast (NumPy matmul semantics)", None),
 ):
     register(
-        OpDef(
+        fused_op(
             _name,
-            "fused",
             2,
             {},
             _matmul_shape(_name),
             _matmul_emulate,
             _matmul_exact,
-            _matmul_flops,
             doc=_doc,
-            flags=frozenset({"contraction"}),
+            sign=signed,
             range=_matmul_range,
+            flags=_CONTRACTION,
+            flops=_matmul_flops,
+            role=Role.MATMUL,
+            weight_operand=_weight,
         )
     )
 
@@ -211,18 +218,20 @@ def _linear_flops(in_shapes, out_shape, attrs):
 
 
 register(
-    OpDef(
+    fused_op(
         "linear",
-        "fused",
         None,
         {},
         _linear_shape,
         _linear_emulate,
         _linear_exact,
-        _linear_flops,
         doc="x @ W.T + b with W [out_features, in_features] (PyTorch layout), bias optional",
-        flags=frozenset({"contraction"}),
+        sign=signed,
         range=_linear_range,
+        flags=_CONTRACTION,
+        flops=_linear_flops,
+        role=Role.MATMUL,
+        weight_operand=WeightOperand(1, 0),
         min_arity=2,
         max_arity=3,
     )
@@ -402,18 +411,20 @@ def _conv_flops(in_shapes, out_shape, attrs):
 
 
 register(
-    OpDef(
+    fused_op(
         "conv",
-        "fused",
         None,
         dict(_CONV_ATTRS),
         _conv_shape,
         _conv_emulate,
         _conv_exact,
-        _conv_flops,
         doc="N-C-(H)-W convolution (cross-correlation), weight [Cout, Cin/groups, (kh), kw]",
-        flags=frozenset({"contraction"}),
+        sign=signed,
         range=_conv_range,
+        flags=_CONTRACTION,
+        flops=_conv_flops,
+        role=Role.CONV,
+        weight_operand=WeightOperand(1, 0),
         min_arity=2,
         max_arity=3,
     )
@@ -531,18 +542,20 @@ def _convt_flops(in_shapes, out_shape, attrs):
 
 
 register(
-    OpDef(
+    fused_op(
         "conv_transpose",
-        "fused",
         None,
         _CONVT_ATTRS,
         _convt_shape,
         _convt_emulate,
         _convt_exact,
-        _convt_flops,
         doc="transposed convolution, weight [Cin, Cout/groups, (kh), kw]",
-        flags=frozenset({"contraction"}),
+        sign=signed,
         range=_convt_range,
+        flags=_CONTRACTION,
+        flops=_convt_flops,
+        role=Role.CONV,
+        weight_operand=WeightOperand(1, 1),
         min_arity=2,
         max_arity=3,
     )

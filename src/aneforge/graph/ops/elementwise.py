@@ -24,18 +24,35 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import special
 
+from ..facts import Flag, all_sources, any_source, nonnegative, signed
 from ..fp16 import FP16_MAX
 from ..ranges import ETA16, INF, U16, Interval, corners, hull_of_values, weight_value
 from ..registry import OpDef, choice_attr, float_attr, get_op, register
-from .common import broadcast_shape, in_float64, rounded, same_shape
+from .common import broadcast_shape, fused_op, in_float64, rounded, same_shape
+from .half_period import COS_LOWERING, SIN_LOWERING
+
+
+# scipy.special is imported on first use: importing it costs more than the rest of
+# `import aneforge` together, and most programs never evaluate erf or the sigmoid.
+def _erf(x):
+    """The float64 error function (scipy.special.erf)."""
+    from scipy import special
+
+    return special.erf(x)
+
+
+def _expit(x):
+    """The float64 logistic sigmoid 1 / (1 + exp(-x)) (scipy.special.expit)."""
+    from scipy import special
+
+    return special.expit(x)
 
 
 def _gelu(x, approximate="none"):
     if approximate == "tanh":
         return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
-    return 0.5 * x * (1.0 + special.erf(x / np.sqrt(2.0)))
+    return 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0)))
 
 
 def _elu(x, alpha=1.0):
@@ -319,90 +336,189 @@ def _compare_range(always, never):
     return rule
 
 
-# name -> (float64 function, attributes, flags, one-line doc, range rule)
+# ---- the records ---------------------------------------------------------------------
+
+# Ops whose float32 evaluation rounds to the same fp16 bits as float64 (see
+# common.rounded): exact ops and the correctly rounded + - * / sqrt.
+FLOAT32_EXACT = {
+    "neg", "relu", "abs", "square", "sqrt", "relu6", "sign", "floor", "ceil",
+    "round", "add", "sub", "mul", "div", "maximum", "minimum",
+}  # fmt: skip
+
+
+def unary_op(name, fn, doc, range, sign, attrs=None, flags=(), **facts) -> OpDef:  # noqa: A002
+    """The record of a unary elementwise op computing the float64 function ``fn`` (its
+    attributes as keywords), rounded once to fp16 (in float32 for :data:`FLOAT32_EXACT`
+    ops). ``facts``: the other fields of :func:`~aneforge.graph.ops.common.fused_op`.
+
+    Example:
+        >>> import numpy as np
+        >>> from aneforge.graph.facts import signed
+        >>> from aneforge.graph.ranges import corners
+        >>> op = unary_op("my_cube", lambda x: x**3, "x**3", corners, signed)
+        >>> op.emulate([np.float16([2.0])], {}).tolist(), op.kind
+        ([8.0], 'fused')
+    """
+    return fused_op(
+        name,
+        1,
+        dict(attrs or {}),
+        same_shape,
+        rounded(fn, name in FLOAT32_EXACT),
+        in_float64(fn),
+        doc=doc,
+        sign=sign,
+        range=range,
+        flags=(*flags, Flag.ELEMENTWISE, Flag.UNARY),
+        **facts,
+    )
+
+
+def binary_op(name, fn, doc, range, sign, flags=()) -> OpDef:  # noqa: A002
+    """The record of a binary elementwise op (NumPy broadcasting) computing ``fn``."""
+    return fused_op(
+        name,
+        2,
+        {},
+        _binary_shape(name),
+        rounded(fn, name in FLOAT32_EXACT),
+        in_float64(fn),
+        doc=doc,
+        sign=sign,
+        range=range,
+        flags=(*flags, Flag.ELEMENTWISE, Flag.BINARY),
+    )
+
+
+def _binary_shape(name):
+    return lambda in_shapes, attrs: broadcast_shape(name, in_shapes)
+
+
+def _clip_sign(node, nonneg) -> bool:
+    """clip is non-negative from a lower bound >= 0, or when its input is."""
+    lo = node.attrs.get("lo")
+    return (lo is not None and lo >= 0) or bool(nonneg[0])
+
+
+def _mul_sign(node, nonneg) -> bool:
+    """mul is non-negative for ``x * x`` or when both factors are."""
+    return node.srcs[0] is node.srcs[1] or all(nonneg)
+
+
+def _select_sign(node, nonneg) -> bool:
+    """select is non-negative when both branches are (the condition is not a value)."""
+    return all(nonneg[1:])
+
+
 _ZERO = _at_ends_and_zero()
 _SAME_TINY = _with_tiny(corners, _src_tiny)
 _INTEGER = _with_tiny(corners, _integer_tiny)
-UNARY = {
-    "neg": (np.negative, {}, {"odd"}, "-x", _SAME_TINY),
-    "relu": (lambda x: np.maximum(x, 0.0), {}, {"nonnegative"}, "max(x, 0)", _SAME_TINY),
-    "gelu": (
+_ODD, _SAT, _MUL = Flag.ODD, Flag.SATURATES, Flag.MULTIPLIES
+_UNARY_OPS = (
+    unary_op("neg", np.negative, "-x", _SAME_TINY, signed, flags=(_ODD,)),
+    unary_op("relu", lambda x: np.maximum(x, 0.0), "max(x, 0)", _SAME_TINY, nonnegative),
+    unary_op(
+        "gelu",
         _gelu,
-        {"approximate": choice_attr(("none", "tanh"), "none", "approximate")},
-        set(),
         "x * Phi(x) (erf form; approximate='tanh' for the tanh form)",
         _at_ends_and_zero(_gelu_minimum),
+        signed,
+        {"approximate": choice_attr(("none", "tanh"), "none", "approximate")},
     ),
-    "silu": (
-        lambda x: x * special.expit(x),
-        {},
-        set(),
+    unary_op(
+        "silu",
+        lambda x: x * _expit(x),
         "x * sigmoid(x)",
         _at_ends_and_zero(_silu_minimum),
+        signed,
     ),
-    "sigmoid": (special.expit, {}, {"nonnegative"}, "1 / (1 + exp(-x))", corners),
-    "tanh": (np.tanh, {}, {"odd"}, "hyperbolic tangent", corners),
-    "exp": (np.exp, {}, {"nonnegative"}, "e**x", corners),
-    "log": (np.log, {}, set(), "natural logarithm (nan below 0, -inf at 0)", _ZERO),
-    "sqrt": (np.sqrt, {}, {"nonnegative"}, "square root", _ZERO),
-    "rsqrt": (lambda x: 1.0 / np.sqrt(x), {}, {"nonnegative"}, "1 / sqrt(x)", _ZERO),
-    "inverse": (lambda x: 1.0 / x, {}, set(), "1 / x", _ZERO),
-    "abs": (np.abs, {}, {"nonnegative"}, "|x|", _with_tiny(_ZERO, _src_tiny)),
-    "square": (np.square, {}, {"nonnegative"}, "x * x", _ZERO),
-    "sin": (np.sin, {}, {"odd"}, "sine", _periodic),
-    "cos": (np.cos, {}, set(), "cosine", _periodic),
-    "erf": (special.erf, {}, {"odd"}, "error function", corners),
-    "softplus": (
-        lambda x: np.logaddexp(0.0, x),
-        {},
-        {"nonnegative"},
-        "log(1 + e**x)",
-        corners,
+    unary_op("sigmoid", _expit, "1 / (1 + exp(-x))", corners, nonnegative, flags=(_SAT,)),
+    unary_op("tanh", np.tanh, "hyperbolic tangent", corners, signed, flags=(_ODD, _SAT)),
+    unary_op("exp", np.exp, "e**x", corners, nonnegative),
+    unary_op("log", np.log, "natural logarithm (nan below 0, -inf at 0)", _ZERO, signed),
+    unary_op("sqrt", np.sqrt, "square root", _ZERO, nonnegative),
+    unary_op("rsqrt", lambda x: 1.0 / np.sqrt(x), "1 / sqrt(x)", _ZERO, nonnegative),
+    unary_op("inverse", lambda x: 1.0 / x, "1 / x", _ZERO, signed),
+    unary_op("abs", np.abs, "|x|", _with_tiny(_ZERO, _src_tiny), nonnegative),
+    unary_op("square", np.square, "x * x", _ZERO, nonnegative, flags=(_MUL,)),
+    # native from A15 (family 4); compile lowers them below it (.half_period)
+    unary_op(
+        "sin",
+        np.sin,
+        "sine",
+        _periodic,
+        signed,
+        flags=(_ODD,),
+        min_family=4,
+        below_floor=SIN_LOWERING,
     ),
-    "relu6": (
+    unary_op(
+        "cos",
+        np.cos,
+        "cosine",
+        _periodic,
+        signed,
+        flags=(_SAT,),
+        min_family=4,
+        below_floor=COS_LOWERING,
+    ),
+    unary_op("erf", _erf, "error function", corners, signed, flags=(_ODD, _SAT)),
+    unary_op("softplus", lambda x: np.logaddexp(0.0, x), "log(1 + e**x)", corners, nonnegative),
+    unary_op(
+        "relu6",
         lambda x: np.clip(x, 0.0, 6.0),
-        {},
-        {"nonnegative"},
         "min(max(x, 0), 6)",
         _with_tiny(corners, lambda srcs: min(srcs[0].tiny, 6.0)),
+        nonnegative,
     ),
-    "elu": (
+    unary_op(
+        "elu",
         _elu,
-        {"alpha": float_attr(1.0, "alpha", fp16="value")},
-        set(),
         "x if x > 0 else alpha*(e**x-1)",
         _ZERO,
+        signed,
+        {"alpha": float_attr(1.0, "alpha", fp16="value")},
     ),
-    "leaky_relu": (
+    unary_op(
+        "leaky_relu",
         _leaky_relu,
-        {"alpha": float_attr(0.01, "alpha", fp16="value")},
-        set(),
         "x if x >= 0 else alpha * x",
         _ZERO,
+        signed,
+        {"alpha": float_attr(0.01, "alpha", fp16="value")},
     ),
-    "clip": (
+    unary_op(
+        "clip",
         _clip,
-        {"lo": float_attr(None, "lo", fp16="bound"), "hi": float_attr(None, "hi", fp16="bound")},
-        set(),
         "min(max(x, lo), hi)",
         corners,
+        _clip_sign,
+        {"lo": float_attr(None, "lo", fp16="bound"), "hi": float_attr(None, "hi", fp16="bound")},
     ),
-    "sign": (np.sign, {}, set(), "-1, 0 or 1", _INTEGER),
-    "floor": (np.floor, {}, set(), "round toward -inf", _INTEGER),
-    "ceil": (np.ceil, {}, set(), "round toward +inf", _INTEGER),
-    "round": (np.round, {}, set(), "round half to even", _INTEGER),
-}
+    unary_op("sign", np.sign, "-1, 0 or 1", _INTEGER, signed),
+    unary_op("floor", np.floor, "round toward -inf", _INTEGER, signed),
+    unary_op("ceil", np.ceil, "round toward +inf", _INTEGER, signed),
+    unary_op("round", np.round, "round half to even", _INTEGER, signed),
+)
+#: The unary elementwise records by name (each has an ``af.<name>`` function).
+UNARY = {op.name: op for op in _UNARY_OPS}
 
-# name -> (float64 function, flags, one-line doc, range rule)
-BINARY = {
-    "add": (np.add, {"commutative", "associative"}, "a + b", _sum_range),
-    "sub": (np.subtract, set(), "a - b", _sum_range),
-    "mul": (np.multiply, {"commutative", "associative"}, "a * b", _mul_range),
-    "div": (np.divide, set(), "a / b", _div_range),
-    "maximum": (np.maximum, {"commutative"}, "elementwise max (nan propagates)", _SAME_TINY),
-    "minimum": (np.minimum, {"commutative"}, "elementwise min (nan propagates)", _SAME_TINY),
-    "pow": (np.power, set(), "a ** b", _pow_range),
-}
+_COMM, _ASSOC = Flag.COMMUTATIVE, Flag.ASSOCIATIVE
+_BINARY_OPS = (
+    binary_op("add", np.add, "a + b", _sum_range, all_sources, (_COMM, _ASSOC)),
+    binary_op("sub", np.subtract, "a - b", _sum_range, signed),
+    binary_op("mul", np.multiply, "a * b", _mul_range, _mul_sign, (_COMM, _ASSOC, _MUL)),
+    binary_op("div", np.divide, "a / b", _div_range, all_sources, (_MUL,)),
+    binary_op(
+        "maximum", np.maximum, "elementwise max (nan propagates)", _SAME_TINY, any_source, (_COMM,)
+    ),
+    binary_op(
+        "minimum", np.minimum, "elementwise min (nan propagates)", _SAME_TINY, all_sources, (_COMM,)
+    ),
+    binary_op("pow", np.power, "a ** b", _pow_range, signed, (_MUL,)),
+)
+#: The binary elementwise records by name.
+BINARY = {op.name: op for op in _BINARY_OPS}
 
 # name -> (float64 function, proof it is always true, proof it is always false)
 COMPARE = {
@@ -427,68 +543,26 @@ COMPARE = {
 }
 
 
-# Ops whose float32 evaluation rounds to the same fp16 bits as float64 (see
-# common.rounded): exact ops and the correctly rounded + - * / sqrt.
-FLOAT32_EXACT = {
-    "neg", "relu", "abs", "square", "sqrt", "relu6", "sign", "floor", "ceil",
-    "round", "add", "sub", "mul", "div", "maximum", "minimum",
-}  # fmt: skip
-
-
-def _binary_shape(name):
-    return lambda in_shapes, attrs: broadcast_shape(name, in_shapes)
-
-
-for _name, (_fn, _attrs, _flags, _doc, _range) in UNARY.items():
-    register(
-        OpDef(
-            _name,
-            "fused",
-            1,
-            _attrs,
-            same_shape,
-            rounded(_fn, _name in FLOAT32_EXACT),
-            in_float64(_fn),
-            doc=_doc,
-            flags=frozenset(_flags | {"elementwise", "unary"}),
-            range=_range,
-        )
-    )
-
-for _name, (_fn, _flags, _doc, _range) in BINARY.items():
-    register(
-        OpDef(
-            _name,
-            "fused",
-            2,
-            {},
-            _binary_shape(_name),
-            rounded(_fn, _name in FLOAT32_EXACT),
-            in_float64(_fn),
-            doc=_doc,
-            flags=frozenset(_flags | {"elementwise", "binary"}),
-            range=_range,
-        )
-    )
-
-
 def _comparison(fn):
     return lambda a, b: fn(a, b).astype(np.float64)
 
 
+for _op in (*_UNARY_OPS, *_BINARY_OPS):
+    register(_op)
+
 for _name, (_fn, _always, _never) in COMPARE.items():
     register(
-        OpDef(
+        fused_op(
             _name,
-            "fused",
             2,
             {},
             _binary_shape(_name),
             rounded(_comparison(_fn), True),
             in_float64(_comparison(_fn)),
             doc=f"1.0 where {_name}(a, b) else 0.0 (nan compares false)",
-            flags=frozenset({"elementwise", "binary", "nonnegative"}),
+            sign=nonnegative,
             range=_compare_range(_always, _never),
+            flags=(Flag.ELEMENTWISE, Flag.BINARY),
         )
     )
 
@@ -498,16 +572,16 @@ def _select(cond, a, b):
 
 
 register(
-    OpDef(
+    fused_op(
         "select",
-        "fused",
         3,
         {},
         _binary_shape("select"),
         rounded(_select, True),
         in_float64(_select),
         doc="a where cond != 0 else b (all three broadcast)",
-        flags=frozenset({"elementwise"}),
+        sign=_select_sign,
         range=_select_range,
+        flags=(Flag.ELEMENTWISE,),
     )
 )

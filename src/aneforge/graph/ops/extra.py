@@ -23,9 +23,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import AttributeValueError, ShapeError
+from ..facts import Flag, all_sources
 from ..ranges import same
-from ..registry import OpDef, int_attr, ints_attr, register
-from .common import norm_axis
+from ..registry import int_attr, ints_attr, register
+from .common import fused_op, norm_axis
 
 
 def _gather_indices(shape, attrs) -> tuple[int, np.ndarray]:
@@ -59,9 +60,8 @@ def _gather(inputs, attrs):
 
 
 register(
-    OpDef(
+    fused_op(
         "gather",
-        "fused",
         1,
         {
             "indices": ints_attr(None, None, "indices", required=True),
@@ -71,7 +71,8 @@ register(
         lambda inputs, attrs, mm=None: _gather(inputs, attrs),
         _gather,
         doc="the slices of x at constant indices along axis, in order (repeats allowed)",
-        flags=frozenset({"movement"}),
+        sign=all_sources,
         range=same,
+        flags=(Flag.MOVEMENT,),
     )
 )

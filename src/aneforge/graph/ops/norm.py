@@ -30,10 +30,11 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
+from ..facts import Flag, NarrowSum, TermSign, prod, signed
 from ..fp16 import FP16_MAX, round_fp16
 from ..ranges import ETA16, NONNEGATIVE_FP16, U16, Interval, copies_sum, weight_value
-from ..registry import OpDef, bool_attr, float_attr, int_attr, register
-from .common import norm_axis, step_kernels
+from ..registry import bool_attr, float_attr, int_attr, register
+from .common import fused_op, norm_axis, step_kernels
 
 
 def _f(x):
@@ -525,29 +526,65 @@ _NORMS = {
     ),
 }
 
-# Norms whose statistics are constants (inference batch_norm): a per-channel affine map,
-# so each output element depends on one input element and the engine folds it into the
-# pass that produced its input.
-_POINTWISE = frozenset({"batch_norm"})
-
 # Fast emulation kernels with the same bits as the step-by-step ones (tests compare them).
 _FAST_EMULATE = {"batch_norm": _batch_norm_emulate}
+
+_STATS_FIX = (
+    "compute the statistics with matmuls (x @ ones / K), or compile for a target whose "
+    "split route keeps the sum short"
+)
+
+
+def _norm_sum(terms) -> NarrowSum:
+    """The narrow sums of a norm's statistics: of squares (and of x, for the mean, whose
+    rounding reaches the output divided by the deviation), counted as same-sign."""
+    return NarrowSum(terms, TermSign.SAME, _STATS_FIX)
+
+
+def _trailing_terms(in_shapes, attrs) -> int:
+    x = in_shapes[0]
+    return prod(x[attrs["axis"] % len(x) :])
+
+
+def _group_terms(in_shapes, attrs) -> int:
+    return prod(in_shapes[0][1:]) // int(attrs["groups"])
+
+
+def _axis_terms(in_shapes, attrs) -> int:
+    x = in_shapes[0]
+    return int(x[attrs["axis"] % len(x)])
+
+
+# The norms' narrow sums (batch_norm's inference statistics are constants: none).
+_NARROW = {
+    "layer_norm": _norm_sum(_trailing_terms),
+    "rms_norm": _norm_sum(_trailing_terms),
+    "group_norm": _norm_sum(_group_terms),
+    "batch_norm": None,
+    "l2_norm": _norm_sum(_axis_terms),
+}
+# Inference batch_norm's statistics are constants: a per-channel affine map, so each
+# output element depends on one input element and the engine folds it into the pass that
+# produced its input (pointwise). l2_norm's values lie in [-1, 1]: 1 - l2_norm(x)
+# cancels where it saturates.
+_EXTRA_FLAGS = {"batch_norm": (Flag.POINTWISE,), "l2_norm": (Flag.SATURATES,)}
 
 for _name, (_fn, _attrs, _stats, _doc) in _NORMS.items():
     _emu, _ex = step_kernels(_fn)
     _emu = _FAST_EMULATE.get(_name, _emu)
     register(
-        OpDef(
+        fused_op(
             _name,
-            "fused",
             None,
             _attrs,
             _params_shape(_name, _stats),
             _emu,
             _ex,
             doc=_doc,
-            flags=frozenset({"norm", "pointwise"} if _name in _POINTWISE else {"norm"}),
+            sign=signed,
             range=_RANGES[_name],
+            flags=(Flag.NORM, *_EXTRA_FLAGS.get(_name, ())),
+            narrow=_NARROW[_name],
             min_arity=1 + _stats,
             max_arity=1 + _stats + sum(k in _attrs for k in ("has_weight", "has_bias")),
         )

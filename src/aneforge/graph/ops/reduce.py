@@ -24,10 +24,11 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
+from ..facts import SOFTMAX_FIX, Flag, NarrowSum, TermSign, first_source, nonnegative, prod
 from ..fp16 import FP16_MAX, narrow_sum, round_fp16
 from ..ranges import Interval, copies_sum, same, softmax_sum_bounds, sum_nan
-from ..registry import Attr, OpDef, bool_attr, check_int_tuple, int_attr, register
-from .common import norm_axes, norm_axis, same_shape
+from ..registry import Attr, bool_attr, check_int_tuple, int_attr, register
+from .common import fused_op, norm_axes, norm_axis, same_shape
 
 
 def _axes_attr():
@@ -118,7 +119,7 @@ def _sum_range(node, srcs, env) -> Interval:
     Example:
         >>> import aneforge as af
         >>> x = af.input((2, 3000), name="x", range=(-1.0, 1.0))
-        >>> str(af.range_analysis(af.sum(x, axes=-1)).nodes[-1].interval)
+        >>> str(af.range_analysis(af.sum(x, axis=-1)).nodes[-1].interval)
         '[-2048, 2048]'
     """
     return _sum_interval(srcs[0], _reduced_count(node))
@@ -148,19 +149,46 @@ _REDUCTIONS = {
     "amin": (_exact_emulation(np.min, "amin"), _exact_reduction(np.min, "amin"), "min", same),
 }
 
+
+def _reduced_terms(in_shapes, attrs) -> int:
+    """The terms of a sum or mean: the product of the reduced extents."""
+    x = in_shapes[0]
+    axes = attrs.get("axes")
+    axes = range(len(x)) if axes is None else sorted({a % len(x) for a in axes})
+    return prod(x[a] for a in axes)
+
+
+# The narrow sums of sum and mean (amax and amin compare, they do not add).
+_NARROW = {
+    "sum": NarrowSum(
+        _reduced_terms,
+        TermSign.OF_INPUT,
+        "af.reduce_sum_to_matmul(out) routes it through the wide matmul accumulator "
+        "(x @ ones); a multi-axis sum needs a reshape to one axis first",
+    ),
+    "mean": NarrowSum(
+        _reduced_terms,
+        TermSign.OF_INPUT,
+        "sum with the wide accumulator and scale once: (x @ ones[K, 1]) * (1/K)",
+    ),
+    "amax": None,
+    "amin": None,
+}
+
 for _name, (_emu, _ex, _doc, _range) in _REDUCTIONS.items():
     register(
-        OpDef(
+        fused_op(
             _name,
-            "fused",
             1,
             dict(_REDUCE_ATTRS),
             _reduce_shape(_name),
             _emu,
             _ex,
             doc=_doc,
-            flags=frozenset({"reduction"}),
+            sign=first_source,
             range=_range,
+            flags=(Flag.REDUCTION, Flag.STATISTIC),
+            narrow=_NARROW[_name],
         )
     )
 
@@ -252,18 +280,24 @@ def softmax_range(node, srcs, env) -> Interval:
     return Interval(lo, hi, l1=l1)
 
 
+def _axis_terms(in_shapes, attrs) -> int:
+    x = in_shapes[0]
+    return int(x[attrs["axis"] % len(x)])
+
+
 register(
-    OpDef(
+    fused_op(
         "softmax",
-        "fused",
         1,
         {"axis": int_attr(-1, None, "axis")},
         _axis_shape("softmax"),
         _softmax_emulate,
         _softmax_exact,
         doc="exp(x - max) / sum(exp(x - max)) along axis (narrow sum)",
-        flags=frozenset({"nonnegative"}),
+        sign=nonnegative,
         range=softmax_range,
+        flags=(Flag.SATURATES,),
+        narrow=NarrowSum(_axis_terms, TermSign.SAME, SOFTMAX_FIX),  # a sum of exponentials
     )
 )
 
@@ -309,15 +343,15 @@ def _cumsum_range(node, srcs, env) -> Interval:
 
 
 register(
-    OpDef(
+    fused_op(
         "cumsum",
-        "fused",
         1,
         {},
         _cumsum_shape,
         _cumsum_emulate,
         lambda inputs, attrs: np.cumsum(inputs[0], axis=-1),
         doc="cumulative sum over the last axis (x @ triu_ones: wide accumulator)",
+        sign=first_source,
         range=_cumsum_range,
     )
 )

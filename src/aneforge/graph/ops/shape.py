@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import AttributeValueError, DTypeError, ShapeError
+from ..facts import Flag, all_sources
 from ..ranges import hull_of_sources, rows_kept, same
 from ..registry import (
     Attr,
-    OpDef,
     check_int_tuple,
     describe,
     int_attr,
@@ -20,7 +20,7 @@ from ..registry import (
     register,
 )
 from ..tensor import make
-from .common import norm_axes, norm_axis
+from .common import fused_op, norm_axes, norm_axis
 
 # Ops that only relabel a tensor's shape: the engine reads the same buffer, so the cost
 # model charges them no pass of their own.
@@ -38,19 +38,22 @@ _RANGE_RULES = {
 }
 
 
-def _movement(name, arity, attrs, shape_rule, fn, doc):
+def _movement(name, arity, attrs, shape_rule, fn, doc, width_begin=None):
+    """Register a movement op: one kernel for both executors, non-negative when its
+    sources are (it moves their values)."""
     register(
-        OpDef(
+        fused_op(
             name,
-            "fused",
             arity,
             attrs,
             shape_rule,
             lambda inputs, attrs, mm=None: fn(inputs, **attrs),
             lambda inputs, attrs: fn(inputs, **attrs),
             doc=doc,
-            flags=frozenset({"movement", "view"} if name in VIEWS else {"movement"}),
+            sign=all_sources,
             range=_RANGE_RULES.get(name, same),
+            flags=(Flag.MOVEMENT, Flag.VIEW) if name in VIEWS else (Flag.MOVEMENT,),
+            width_begin=width_begin,
         )
     )
 
@@ -99,7 +102,11 @@ def _transpose_shape(in_shapes, attrs):
     if perm is None:
         return src[::-1]
     if sorted(perm) != list(range(len(src))):
-        raise AttributeValueError(f"transpose: perm {perm} is not a permutation of rank {len(src)}")
+        swap = " (PyTorch's swap of two axes is a full permutation here)" if len(perm) == 2 else ""
+        raise AttributeValueError(
+            f"transpose: axes {perm} are not a permutation of the {len(src)} axes of {src}; "
+            f"name every axis once, e.g. {tuple(range(len(src)))[::-1]}{swap}"
+        )
     return tuple(src[p] for p in perm)
 
 
@@ -171,6 +178,15 @@ def _slice(inputs, begins, ends, steps):
     return x[tuple(slice(*b) for b in bounds)]
 
 
+def _slice_width_begin(in_shapes, attrs) -> int:
+    """Where a slice starts on the last axis (it rides the crop-DMA from there)."""
+    begins = attrs.get("begins") or ()
+    if not begins:
+        return 0
+    steps = attrs.get("steps") or (1,) * len(begins)
+    return slice(begins[-1], None, steps[-1]).indices(in_shapes[0][-1])[0]
+
+
 _movement(
     "slice",
     1,
@@ -182,6 +198,7 @@ _movement(
     _slice_shape,
     _slice,
     "x[b0:e0:s0, b1:e1:s1, ...] with Python bounds and positive steps",
+    _slice_width_begin,
 )
 
 # ---- squeeze / expand_dims ---------------------------------------------------------

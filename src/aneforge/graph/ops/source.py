@@ -6,6 +6,9 @@ range=(lo, hi))``), kept as its ``range`` attribute, which the structural hash c
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..facts import EVERY_FAMILY, ONLY_LOWERING, Role, signed
 from ..ranges import Interval
 from ..registry import OpDef, register
 
@@ -33,8 +36,38 @@ def _weight_range(node, srcs, env):
     return Interval.of(node.value)
 
 
-for _name, _doc, _rule in (
-    ("input", "a program input", _input_range),
-    ("weight", "an fp16 constant", _weight_range),
+def _weight_sign(node, nonneg) -> bool:
+    """A weight is non-negative when every value is >= 0 (NaN is not); an empty one is
+    not claimed."""
+    value = np.asarray(node.value)  # fp16: compared in place
+    return bool(value.size) and bool(np.all(value >= 0))
+
+
+# An input claims nothing (its values are unknown until it is fed); the other facts do
+# not apply to a source, which the executors feed rather than run.
+for _name, _doc, _rule, _sign in (
+    ("input", "a program input", _input_range, signed),
+    ("weight", "an fp16 constant", _weight_range, _weight_sign),
 ):
-    register(OpDef(_name, "source", 0, {}, _no_shape, _fed, _fed_exact, doc=_doc, range=_rule))
+    register(
+        OpDef(
+            _name,
+            "source",
+            0,
+            {},
+            _no_shape,
+            _fed,
+            _fed_exact,
+            doc=_doc,
+            range=_rule,
+            sign=_sign,
+            narrow=None,
+            role=Role.NONE,
+            weight_operand=None,
+            min_family=EVERY_FAMILY,
+            below_floor=None,
+            route=ONLY_LOWERING,
+            work=None,
+            width_begin=None,
+        )
+    )

@@ -21,10 +21,11 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
+from ..facts import WINDOW_SUM_FIX, NarrowSum, TermSign, first_source, prod
 from ..fp16 import FP16_MAX, narrow_sum, round_fp16
 from ..ranges import Interval, copies_sum, monotone, same
-from ..registry import OpDef, bool_attr, choice_attr, ints_attr, register
-from .common import pads, spatial_tuple
+from ..registry import bool_attr, choice_attr, ints_attr, register
+from .common import fused_op, pads, spatial_tuple
 
 INF = math.inf
 
@@ -122,7 +123,7 @@ def _avg_range(node, srcs, env) -> Interval:
     Example:
         >>> import aneforge as af
         >>> x = af.input((1, 2, 4, 4), name="x", range=(1.0, 3.0))
-        >>> str(af.range_analysis(af.avg_pool(x, 3, stride=1, pad=1)).nodes[-1].interval)
+        >>> str(af.range_analysis(af.avg_pool(x, 3, stride=1, padding=1)).nodes[-1].interval)
         '[1, 3]'
     """
     (s,) = srcs
@@ -132,30 +133,37 @@ def _avg_range(node, srcs, env) -> Interval:
     return _avg_probe(node, srcs, env)
 
 
+def _window_terms(in_shapes, attrs) -> int:
+    """The terms of one window's sum: the kernel's elements (one int: every dim)."""
+    kern, nd = tuple(attrs["kernel"]), len(in_shapes[0]) - 2
+    return prod(kern * nd if len(kern) == 1 else kern)
+
+
 register(
-    OpDef(
+    fused_op(
         "max_pool",
-        "fused",
         1,
         dict(_POOL_ATTRS),
         _pool_shape("max_pool"),
         lambda inputs, attrs, mm=None: _pool_run("max_pool", inputs[0], attrs, _max_windows),
         lambda inputs, attrs: _pool_run("max_pool", inputs[0], attrs, _max_windows),
         doc="max over each window (padding never wins); stride defaults to the kernel",
+        sign=first_source,
         range=same,
     )
 )
 register(
-    OpDef(
+    fused_op(
         "avg_pool",
-        "fused",
         1,
         dict(_POOL_ATTRS, count_include_pad=bool_attr(False, "count_include_pad")),
         _pool_shape("avg_pool"),
         _avg_emulate,
         _avg_exact,
         doc="mean over each window (narrow sum); stride defaults to the kernel",
+        sign=first_source,
         range=_avg_range,
+        narrow=NarrowSum(_window_terms, TermSign.OF_INPUT, WINDOW_SUM_FIX),
     )
 )
 
@@ -227,9 +235,8 @@ def _upsample_range(node, srcs, env) -> Interval:
 
 
 register(
-    OpDef(
+    fused_op(
         "upsample",
-        "fused",
         1,
         {
             "scale": ints_attr(None, 1, "scale", required=True),
@@ -240,6 +247,7 @@ register(
         lambda inputs, attrs, mm=None: round_fp16(_upsample_f64(inputs[0], attrs)),
         lambda inputs, attrs: _upsample_f64(inputs[0], attrs),
         doc="integer-factor upsampling, nearest or (bi)linear",
+        sign=first_source,
         range=_upsample_range,
     )
 )

@@ -1,5 +1,4 @@
-"""fp16 linear algebra as graph builders (issue 7 section 2; spec 004, "The fp16 envelope
-in linear algebra").
+"""fp16 linear algebra as graph builders (docs/numerics.md, "Linear algebra").
 
 Every function takes tensors (``af.input``) or arrays (which become fp16 weights) and
 returns tensors, so each solver compiles, runs on the emulator, is estimated per target

@@ -264,7 +264,7 @@ def diag_row(m: Tensor) -> Tensor:
 
 def amax_abs(x: Tensor) -> Tensor:
     """``max |x|`` over the last axis, kept as (..., 1) (an exact reduction)."""
-    return api.amax(api.abs(x), axes=-1, keepdims=True)
+    return api.amax(api.abs(x), axis=-1, keepdims=True)
 
 
 def pow2_exponent(m: Tensor, half: bool = False) -> Tensor:

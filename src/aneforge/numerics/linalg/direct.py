@@ -149,7 +149,7 @@ def _crout(a, n):
             lk, uk = cat(neg_l, -2), cat(neg_u, -2)
             v = fused([(acol, eye(n)), (col_as_row(cat(u_rows, -2), k), lk)])
         cand = api.select(unused, api.abs(v), -1.0)
-        hit = api.equal(cand, api.amax(cand, axes=-1, keepdims=True))
+        hit = api.equal(cand, api.amax(cand, axis=-1, keepdims=True))
         p = hit * api.equal(api.cumsum(hit), 1.0)
         piv = mm(v * p, const([[1.0]] * n))
         unused = unused - p
@@ -279,7 +279,7 @@ def _cholesky_rows(a, n):
     bounded and factors a diagonally perturbed A.
     """
     ones = const([[1.0]] * n)
-    inv_root = api.rsqrt(api.amax(a * eye(n), axes=(-2, -1), keepdims=True))
+    inv_root = api.rsqrt(api.amax(a * eye(n), axis=(-2, -1), keepdims=True))
     cols, negs = [], []
     for j in range(n):
         aj = row(a, j)
@@ -290,7 +290,7 @@ def _cholesky_rows(a, n):
             s = fused([(aj, eye(n)), (c, cat(negs, -2))])
         ej = unit_row(n, j)
         d = api.maximum(mm(s * ej, ones), mm(aj * ej, ones) * _NOISE)
-        below = api.amax(api.abs(s) * mask_row(n, j + 1), axes=-1, keepdims=True)
+        below = api.amax(api.abs(s) * mask_row(n, j + 1), axis=-1, keepdims=True)
         r = api.maximum(api.sqrt(d), below * inv_root)
         lj = api.select(mask_row(n, j), api.select(ej, r, s / r), 0.0)
         cols.append(lj)
@@ -302,7 +302,7 @@ def _jacobi_exponents(a):
     """(n, 1) exponents e with ``2**-e ~ 1/sqrt(a_ii)``; the diagonal is read with an
     exact amax of ``A * I`` (positive for a symmetric positive definite A)."""
     n = a.shape[0]
-    d = api.amax(a * eye(n), axes=-1, keepdims=True)
+    d = api.amax(a * eye(n), axis=-1, keepdims=True)
     return pow2_exponent(d, half=True)
 
 
@@ -366,7 +366,7 @@ def column_scaling(a):
     ``(A*A)^T @ ones`` (wide accumulator). ``unscale(y)`` maps a solution of the scaled
     problem back, ``x = y * 2**-e_col * 2**-e0`` (two exact scalings).
     """
-    e0 = pow2_exponent(api.amax(amax_abs(a), axes=-2, keepdims=True))
+    e0 = pow2_exponent(api.amax(amax_abs(a), axis=-2, keepdims=True))
     a0 = a * pow2(neg(e0))
     sq = mm(tr(a0 * a0), const([[1.0]] * a.shape[0]))
     ec = tr(pow2_exponent(sq, half=True))

@@ -29,7 +29,7 @@ _METHODS = ("cgs2", "mgs")
 
 def _global_exponent(a):
     """(1, 1) exponent e with ``max|A| / 2**e <= 2`` (exact power-of-two scaling)."""
-    return pow2_exponent(api.amax(amax_abs(a), axes=-2, keepdims=True))
+    return pow2_exponent(api.amax(amax_abs(a), axis=-2, keepdims=True))
 
 
 def _gram_schmidt(rows, method):

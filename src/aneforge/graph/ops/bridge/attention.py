@@ -20,9 +20,11 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import ShapeError
+from ...facts import SOFTMAX_FIX, Decomposition, NarrowSum, TermSign, Work, signed
 from ...fp16 import narrow_sum, round_fp16
 from ...ranges import ETA16, INF, U16, Interval, softmax_sum_bounds, weight_value
 from ...registry import bool_attr, float_attr
+from ...rewrite import BIT_IDENTICAL
 from ...tensor import Tensor, make
 from ..contraction_bounds import (
     add_bounds,
@@ -32,7 +34,7 @@ from ..contraction_bounds import (
     slack_rate,
     weighted_sum_bounds,
 )
-from ._common import bridge_op, need_rank
+from ._common import bridge_op, need_rank, scalar_weight
 
 
 def _sdpa_shape(in_shapes, attrs):
@@ -175,6 +177,34 @@ def _sdpa_flops(in_shapes, out_shape, attrs):
     return batch * (2 * s_len * t_len * d + 2 * s_len * t_len * dv)
 
 
+def _sdpa_terms(in_shapes, attrs) -> int:
+    """The softmax sum runs over the key positions."""
+    return int(in_shapes[1][-2])
+
+
+def _sdpa_work(in_shapes, out_shape, attrs) -> float:
+    """Attention MACs ``heads * S * T * D``."""
+    q, k = in_shapes[0], in_shapes[1]
+    heads = float(np.prod(q[:-2])) if len(q) > 2 else 1.0
+    return heads * q[-2] * k[-2] * q[-1]
+
+
+def _sdpa_key_work(f, elems):
+    return f["H"] * f["S"] ** 2 * f["D"]
+
+
+def _decompose_sdpa(node: Tensor) -> Tensor:
+    """``((q @ k^T) * scale [+ mask]).softmax(-1) @ v`` from fused ops."""
+    q, k, v = node.srcs[:3]
+    scale = node.attrs["scale"]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    perm = tuple(range(k.ndim - 2)) + (k.ndim - 1, k.ndim - 2)
+    s = make("bmm", q, make("transpose", k, perm=perm)) * scalar_weight(scale)
+    if node.attrs["has_mask"]:
+        s = s + node.srcs[3]
+    return make("bmm", make("softmax", s, axis=-1), v)
+
+
 _SDPA = bridge_op(
     "sdpa",
     None,
@@ -186,13 +216,21 @@ _SDPA = bridge_op(
     _sdpa_body,
     "scaled dot-product attention softmax((q @ k^T) * scale [+ mask]) @ v",
     flops=_sdpa_flops,
-    flags=("route",),
+    sign=signed,
     range=_sdpa_range,
     arities=(3, 4),
+    narrow=NarrowSum(_sdpa_terms, TermSign.SAME, SOFTMAX_FIX),  # softmax's sum of exp
+    work=Work(_sdpa_work, _sdpa_key_work),
+    route=Decomposition(
+        _decompose_sdpa,
+        "((q @ k^T) * scale [+ mask]).softmax(-1) @ v",
+        BIT_IDENTICAL,
+        "emulator: same fp16 steps (q@k^T wide, scale, softmax, @v)",
+    ),
 )
 
 
-#: sdpa's native numeric reliability envelope (spec 004, "sdpa"): the native fused
+#: sdpa's native numeric reliability envelope (docs/numerics.md, section 9.4): the native fused
 #: attention is reliable (~3e-3) to 2048 positions, garbage (~1.0) at 4096 and once both
 #: the query and the key axis exceed 512.
 NATIVE_MAX_POSITIONS = 2048
@@ -207,7 +245,8 @@ def sdpa(q, k, v, scale=None, mask=None, *, name=None) -> Tensor:
     broadcasts to the scores [..., S, T] (use ``-inf`` or a large negative to hide).
     Attributes: ``scale`` (default ``D**-0.5``). Output: [..., S, Dv].
 
-    Native reliability envelope (spec 004): the engine's native fused attention is
+    Native reliability envelope (docs/numerics.md, section 9.4): the engine's native fused
+    attention is
     reliable (~3e-3) only while ``max(S, T) <= 2048`` and not both ``S`` and ``T``
     exceed 512; at S = 4096, or with both axes above 512, it returns garbage (~1.0).
     Outside that envelope this function therefore emits the decomposed form instead of

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...facts import Flag, SingleRoute, Work, prod, signed
 from ...ranges import Interval, hull_of_values
 from ...registry import choice_attr, float_attr
 from ...tensor import Tensor, make
@@ -78,7 +79,11 @@ _SCALED_ELEMENTWISE = bridge_op(
     _scaled_shape,
     _scaled_body,
     "scale * (a op b) with op add, sub or mul, broadcasting",
+    sign=signed,
     range=scaled_range,
+    flags=(Flag.MULTIPLIES,),
+    work=Work(lambda in_shapes, out, attrs: float(prod(out)), lambda f, elems: f.get("W")),
+    route=SingleRoute("candidate (a op b) * scale form not validated on silicon"),
 )
 
 

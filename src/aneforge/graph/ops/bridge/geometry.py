@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import AttributeValueError, ShapeError
+from ...facts import WINDOW_SUM_FIX, Flag, NarrowSum, SingleRoute, TermSign, Work, prod, signed
 from ...fp16 import narrow_sum, round_fp16
 from ...ranges import INF, Interval, weight_value
 from ...registry import Attr, check_float, int_attr
@@ -111,7 +112,9 @@ _CROSS_PRODUCT = bridge_op(
     _cross_shape,
     _cross_body,
     "3-vector cross product a x b along axis",
+    sign=signed,
     range=_cross_range,
+    route=SingleRoute("no decomposition validated on silicon yet (slice/mul/sub candidate)"),
 )
 
 
@@ -177,6 +180,16 @@ def _xcorr_range(node, srcs, env):
     return contraction_interval(env, lo, hi, nan)
 
 
+def _xcorr_work(in_shapes, out_shape, attrs) -> float:
+    """Positions times template elements: ``N*H*W * th*tw``."""
+    x, t = in_shapes[0], in_shapes[1]
+    return float(prod(x)) / max(x[1], 1) * t[-2] * t[-1]
+
+
+def _xcorr_key_work(f, elems):
+    return None if elems is None else elems * f.get("t", 1.0)
+
+
 _CROSS_CORRELATION = bridge_op(
     "cross_correlation",
     2,
@@ -185,7 +198,10 @@ _CROSS_CORRELATION = bridge_op(
     _xcorr_body,
     "valid-mode cross-correlation of [N,C,H,W] with a [C,th,tw] template tensor",
     flops=_xcorr_flops,
+    sign=signed,
     range=_xcorr_range,
+    work=Work(_xcorr_work, _xcorr_key_work),
+    route=SingleRoute("the template is a runtime tensor; a fused conv needs constant weights"),
 )
 
 
@@ -250,6 +266,16 @@ def _cost_volume_range(node, srcs, env):
     return Interval(out_lo, out_hi, nan)
 
 
+def _cost_volume_terms(in_shapes, attrs) -> int:
+    """The channel mean sums ``C`` products of signed features."""
+    return int(in_shapes[0][1])
+
+
+def _cost_volume_work(in_shapes, out_shape, attrs) -> float:
+    """Width times disparities."""
+    return float(in_shapes[0][-1]) * out_shape[1]
+
+
 _COST_VOLUME = bridge_op(
     "cost_volume",
     2,
@@ -257,7 +283,11 @@ _COST_VOLUME = bridge_op(
     _cost_volume_shape,
     _cost_volume_body,
     "stereo correlation volume: mean over channels of left * right shifted by d",
+    sign=signed,
     range=_cost_volume_range,
+    narrow=NarrowSum(_cost_volume_terms, TermSign.MIXED, WINDOW_SUM_FIX),
+    work=Work(_cost_volume_work, lambda f, elems: f["Wa"] * f["R"]),
+    route=SingleRoute("per-disparity width-offset slices of a runtime tensor; no validated alt"),
 )
 
 
@@ -330,8 +360,14 @@ _FPS = bridge_op(
     _fps_shape,
     _fps_body,
     "farthest point sampling: indices of k points, starting at point 0",
-    flags=("index_output", "data_dependent"),
+    flags=(Flag.INDEX_OUTPUT, Flag.DATA_DEPENDENT),
+    sign=signed,
     range=_fps_range,
+    work=Work(
+        lambda in_shapes, out, attrs: float(in_shapes[0][-2]) * out[-1],
+        lambda f, elems: f["N"] * f["k"],
+    ),
+    route=SingleRoute("data-dependent, iterative: inexpressible as a fused feed-forward graph"),
 )
 
 
@@ -409,8 +445,14 @@ _RADIUS_SEARCH = bridge_op(
     _radius_shape,
     _radius_body,
     "indices of the points within radius of each center, -1 padded",
-    flags=("index_output", "data_dependent"),
+    flags=(Flag.INDEX_OUTPUT, Flag.DATA_DEPENDENT),
+    sign=signed,
     range=_radius_range,
+    work=Work(
+        lambda in_shapes, out, attrs: float(in_shapes[0][-2]) * in_shapes[1][-2],
+        lambda f, elems: f["N"] * f["Nc"],
+    ),
+    route=SingleRoute("data-dependent neighbour lists: inexpressible as a fused graph"),
 )
 
 

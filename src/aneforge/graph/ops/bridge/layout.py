@@ -6,10 +6,24 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import AttributeValueError, ShapeError
+from ...facts import (
+    Decomposition,
+    Flag,
+    SingleRoute,
+    Work,
+    all_sources,
+    first_source,
+    prod,
+)
 from ...ranges import same
 from ...registry import int_attr, ints_attr
+from ...rewrite import BIT_IDENTICAL
 from ...tensor import Tensor, make
 from ._common import bridge_op, need_rank
+
+_MOVEMENT = (Flag.MOVEMENT,)
+#: The work scalar of a window op: its output elements (keys: their ``size=``).
+_WINDOW_WORK = Work(lambda in_shapes, out, attrs: float(prod(out)), lambda f, e: f.get("size"))
 
 
 def _flatten_shape(in_shapes, attrs):
@@ -33,6 +47,11 @@ def _flatten_body(st, inputs, attrs):
     return x.reshape(_flatten_shape([x.shape], attrs))
 
 
+def _decompose_flatten(node: Tensor) -> Tensor:
+    """A reshape to the same shape."""
+    return make("reshape", node.srcs[0], shape=node.shape)
+
+
 _FLATTEN = bridge_op(
     "flatten",
     1,
@@ -40,8 +59,15 @@ _FLATTEN = bridge_op(
     _flatten_shape,
     _flatten_body,
     "flatten to (prod(shape[:axis]), prod(shape[axis:])), or 1-D for axis 0",
-    flags=("movement", "route"),
+    flags=_MOVEMENT,
+    sign=all_sources,
     range=same,
+    route=Decomposition(
+        _decompose_flatten,
+        "a reshape",
+        BIT_IDENTICAL,
+        "a reshape moves no values (spec: relerr 0.0)",
+    ),
 )
 
 
@@ -123,9 +149,23 @@ def _batch_to_space_body(st, inputs, attrs):
     return blocks.transpose(2, 3, 4, 0, 5, 1).reshape(n, c, h * r, w * r)
 
 
+# Why the block moves have no fused route.
+_RANK5 = (
+    "the reshape+transpose decomposition needs a rank-6 intermediate; the compiler rejects "
+    "rank > 5 ('Rank of the shape parameter must be between 0 and 5')"
+)
 _BLOCKS = tuple(
     bridge_op(
-        name, 1, _factor_attr(), _blocks_shape(name), body, doc, flags=("movement",), range=same
+        name,
+        1,
+        _factor_attr(),
+        _blocks_shape(name),
+        body,
+        doc,
+        flags=_MOVEMENT,
+        sign=all_sources,
+        range=same,
+        route=SingleRoute(_RANK5),
     )
     for name, body, doc in (
         ("space_to_channel", _space_to_channel_body, "[N,C,H,W] -> [N,C*r*r,H/r,W/r]"),
@@ -223,6 +263,12 @@ def _input_view_body(st, inputs, attrs):
     return x[window]
 
 
+def _input_view_width_begin(in_shapes, attrs) -> int:
+    """Where the window starts on the last axis (it rides the crop-DMA from there)."""
+    begins = attrs.get("begins") or ()
+    return int(begins[-1]) if begins else 0
+
+
 _INPUT_VIEW = bridge_op(
     "input_view",
     1,
@@ -233,8 +279,12 @@ _INPUT_VIEW = bridge_op(
     _input_view_shape,
     _input_view_body,
     "static window x[b0:b0+s0, b1:b1+s1, ...] over every axis",
-    flags=("movement",),
+    flags=_MOVEMENT,
+    sign=all_sources,
     range=same,  # the analysis applies the A13/A14 crop-DMA clamp to width offsets itself
+    work=_WINDOW_WORK,
+    width_begin=_input_view_width_begin,
+    route=SingleRoute("no fused slice op surfaced on the engine; native bridge only"),
 )
 
 
@@ -292,8 +342,12 @@ _DYNAMIC_SLICE = bridge_op(
     _dynamic_slice_shape,
     _dynamic_slice_body,
     "window of static sizes at run-time offsets, clamped into range (XLA DynamicSlice)",
-    flags=("movement",),
+    flags=_MOVEMENT,
+    sign=first_source,  # src 1 holds the offsets
     range=same,  # offsets are clamped (inf and NaN included), so no padding enters
+    work=_WINDOW_WORK,
+    min_family=3,  # A14
+    route=SingleRoute("no fused slice op surfaced; a runtime offset needs the native bridge"),
 )
 
 

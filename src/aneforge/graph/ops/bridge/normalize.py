@@ -7,12 +7,14 @@ import math
 import numpy as np
 
 from ....errors import ShapeError
+from ...facts import Decomposition, signed
 from ...fp16 import round_fp16
 from ...ranges import Interval, hull_of_values
 from ...registry import Attr, check_int_tuple, float_attr, int_attr
-from ...tensor import Tensor, make
+from ...rewrite import BIT_IDENTICAL
+from ...tensor import Tensor, make, weight
 from ..common import Steps, norm_axes
-from ._common import bridge_op, need_rank
+from ._common import bridge_op, need_rank, scalar_weight
 
 #: Every non-negative fp16 value in ascending order, +inf last (the range rules below
 #: enumerate an internal fp16 step over them: at most 31745 values).
@@ -101,6 +103,23 @@ def minmax_range(node, srcs, env) -> Interval:
     return hull_of_values(y, nan)
 
 
+def _decompose_minmax_norm(node: Tensor) -> Tensor:
+    """``((x - amin) + 0) / ((amax - amin) + eps)`` from fused ops.
+
+    The ``+ 0`` is the kernel's own step: ``x - amin`` is never negative, so a zero
+    difference is ``+0``, whichever zero ``amin`` picked of a ``-0`` and a ``+0``
+    (``-0 - (+0)`` is ``-0``, and ``1 / -0`` is ``-inf``).
+    """
+    x = node.srcs[0]
+    axes = node.attrs["axes"]
+    if axes is None:
+        axes = tuple(range(1, x.ndim)) if x.ndim >= 2 else (0,)
+    mn = make("amin", x, axes=axes, keepdims=True)
+    mx = make("amax", x, axes=axes, keepdims=True)
+    d = (x - mn) + scalar_weight(0.0)
+    return d / ((mx - mn) + scalar_weight(node.attrs["eps"]))
+
+
 _MINMAX_NORM = bridge_op(
     "minmax_norm",
     1,
@@ -108,8 +127,14 @@ _MINMAX_NORM = bridge_op(
     _minmax_shape,
     _minmax_body,
     "(x - amin) / (amax - amin + eps) over axes",
-    flags=("route",),
+    sign=signed,
     range=minmax_range,
+    route=Decomposition(
+        _decompose_minmax_norm,
+        "((x - amin) + 0) / ((amax - amin) + eps)",
+        BIT_IDENTICAL,
+        "emulator: same fp16 steps, a zero x - min taken as +0 by both (spec: relerr <= 1.5e-3)",
+    ),
 )
 
 
@@ -225,6 +250,42 @@ def lrn_range(node, srcs, env) -> Interval:
     return hull_of_values(y, s.nan or zero_over_zero)
 
 
+def _decompose_lrn(node: Tensor) -> Tensor:
+    """LRN with the kernel's narrow channel-window sum, as adds of channel slices.
+
+    The squares are padded on the channel axis like the ONNX window (zero weights
+    concatenated on each side) and the window of channel ``c`` is summed in the
+    kernel's order: ``padded[c] + padded[c + 1] + ...``, each add rounded to fp16. The
+    kernel starts from ``0 + padded[c]``, which is ``padded[c]`` bit for bit (a square
+    is never ``-0``), so the two are bit-identical. (A convolution against ones would
+    sum in the wide accumulator and round once: different bits.)
+    """
+    x = node.srcs[0]
+    size, c = node.attrs["size"], x.shape[1]
+    lo = (size - 1) // 2
+    hi = size - 1 - lo
+    # offsets past the channels add only +0 terms, which the kernel skips too (no bit
+    # changes): the window spans at most 2c - 1 offsets whatever ``size`` is
+    below, above = min(lo, c - 1), min(hi, c - 1)
+    sq = make("square", x)
+
+    def zeros(k):
+        return [weight(np.zeros((x.shape[0], k, *x.shape[2:]), np.float16))] if k else []
+
+    span = below + above + 1
+    padded = make("concat", *zeros(below), sq, *zeros(above), axis=1) if span > 1 else sq
+    ss = None
+    for j in range(span):  # channel c sums padded[c + j], j ascending, as the kernel does
+        term = sq
+        if span > 1:
+            begins = (0, j) + (0,) * (x.ndim - 2)
+            ends = (x.shape[0], j + c, *x.shape[2:])
+            term = make("slice", padded, begins=begins, ends=ends, steps=None)
+        ss = term if ss is None else ss + term
+    t = ss * scalar_weight(node.attrs["alpha"] / size) + scalar_weight(node.attrs["bias"])
+    return x / (t ** scalar_weight(node.attrs["beta"]))
+
+
 _LRN = bridge_op(
     "lrn",
     1,
@@ -237,8 +298,15 @@ _LRN = bridge_op(
     _lrn_shape,
     _lrn_body,
     "local response normalization across channels (ONNX LRN)",
-    flags=("route",),
+    sign=signed,
     range=lrn_range,
+    route=Decomposition(
+        _decompose_lrn,
+        "squares summed over the channel window as adds of channel slices",
+        BIT_IDENTICAL,
+        "emulator: the kernel's narrow window sum, in its order, as adds of channel slices "
+        "(spec: cos 1.0)",
+    ),
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import ShapeError
+from ...facts import Flag, SingleRoute, signed
 from ...ranges import Interval, same
 from ...registry import bool_attr, choice_attr, int_attr
 from ...tensor import Tensor, make
@@ -109,8 +110,10 @@ _ARGMAX = bridge_op(
     _argmax_shape,
     _argmax_body,
     "index of the first maximum along axis (fp16 integer)",
-    flags=("index_output",),
+    flags=(Flag.INDEX_OUTPUT,),
+    sign=signed,
     range=_argmax_range,
+    route=SingleRoute("no fused reduction/selection lowering (gather/argmax arch-gated)"),
 )
 
 
@@ -172,7 +175,10 @@ _TOPK = bridge_op(
     _topk_shape,
     _topk_body,
     "k largest (or smallest) values or their indices along axis, sorted",
+    sign=signed,
     range=_topk_range,
+    min_family=3,  # A14
+    route=SingleRoute("no fused selection lowering; the native bridge is the only route"),
 )
 
 
@@ -228,7 +234,10 @@ _SORT = bridge_op(
     _axis_same_shape("sort"),
     _sort_body,
     "stable sort of the values along axis",
+    sign=signed,
     range=same,
+    min_family=3,  # A14
+    route=SingleRoute("no in-graph sort; the native bridge is the only route"),
 )
 
 
