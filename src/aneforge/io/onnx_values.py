@@ -25,9 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..emulator.gemm import gemm_reference
-from ..graph.registry import get_op
-from ..graph.tensor import Tensor, make, weight
+from ..emulator.fold import fold_constant
+from ..graph.tensor import Tensor, make
 from .onnx_errors import NotExpressible
 from .onnx_graph import node_label
 
@@ -133,9 +132,8 @@ class Cx:
         """Build an aneforge node; one whose sources are all weights folds in fp16."""
         srcs = [self.t(s) if not isinstance(s, (int, float)) else s for s in srcs]
         node = make(name, *srcs, **attrs)
-        if node.srcs and all(s.op == "weight" for s in node.srcs):
-            return fold_fp16(node)
-        return node
+        folded = fold_constant(node)  # a node of weights folds in fp16
+        return node if folded is None else folded
 
     def note(self, msg: str) -> None:
         """An import warning naming this node."""
@@ -156,14 +154,6 @@ def host_eval(node, arrays, opset: int) -> list[np.ndarray]:
         warnings.simplefilter("ignore")
         evaluator = ReferenceEvaluator(node, opsets={"": opset})
         return [np.asarray(v) for v in evaluator.run(None, feeds)]
-
-
-def fold_fp16(node: Tensor) -> Tensor:
-    """Evaluate a node of weights with its fp16 emulator kernel: a weight."""
-
-    value = get_op(node.op).emulate([s.value for s in node.srcs], node.attrs, gemm_reference)
-    value = np.asarray(value, dtype=np.float16).reshape(node.shape)
-    return weight(value)
 
 
 def source_inputs(t: Tensor) -> list[str]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..emulator.gemm import gemm_reference  # folded with the emulator's fp16 kernels
+from ..emulator.fold import fold_constant  # the emulator's fp16 kernels, never float64
 from ..graph.facts import Flag
 from ..graph.fp16 import round_fp16
 from ..graph.registry import all_ops, get_op
@@ -156,13 +156,7 @@ def _fold_chain(op_name):
 
 
 def _const_fold(node):
-    if not node.srcs or any(s.op != "weight" for s in node.srcs):
-        return None
-    if node.size > CONST_FOLD_MAX_ELEMS:
-        return None
-
-    value = get_op(node.op).emulate([s.value for s in node.srcs], node.attrs, gemm_reference)
-    return weight(np.asarray(value, np.float16).reshape(node.shape))
+    return fold_constant(node, CONST_FOLD_MAX_ELEMS)
 
 
 _FOLDABLE = tuple(sorted(n for n, op in all_ops().items() if op.kind == "fused"))
