@@ -37,7 +37,7 @@ except ImportError:  # running from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import aneforge as af
 from aneforge.emulator.interpreter import execute_fp16
-from aneforge.graph.fp16 import narrow_sum, reduction_route, round_fp16, wide_reductions
+from aneforge.graph.fp16 import narrow_sum, round_fp16
 from aneforge.metrics import ulp_distance
 
 ROWS = 64
@@ -70,19 +70,18 @@ def op_divergence(name: str, vals: np.ndarray) -> tuple[np.ndarray, float]:
 
 def wide_chunked_sum(terms: np.ndarray, chunk: int) -> np.ndarray:
     """The split route with the matmul's wide accumulator (a float32 running sum in
-    order, as :func:`wide_reductions` gives): float32 partials, then the partials summed
-    the same way and the result rounded to fp16 once."""
-    with wide_reductions(rounded=False):
-        partials = [
-            narrow_sum(terms[:, i : i + chunk], axis=1) for i in range(0, terms.shape[1], chunk)
-        ]
-        return round_fp16(narrow_sum(np.stack(partials, axis=1), axis=1))
+    order, as ``narrow_sum(..., wide="float32")`` gives): float32 partials, then the
+    partials summed the same way and the result rounded to fp16 once."""
+    partials = [
+        narrow_sum(terms[:, i : i + chunk], axis=1, wide="float32")
+        for i in range(0, terms.shape[1], chunk)
+    ]
+    return round_fp16(narrow_sum(np.stack(partials, axis=1), axis=1, wide="float32"))
 
 
 def narrow_chunked_sum(terms: np.ndarray, chunk: int) -> np.ndarray:
     """The split route of the contract (docs/numerics.md section 9.2)."""
-    with reduction_route(chunk):
-        return narrow_sum(terms, axis=1)
+    return narrow_sum(terms, axis=1, route=chunk)
 
 
 def sum_terms(vals: np.ndarray) -> dict[str, np.ndarray]:

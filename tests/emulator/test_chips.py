@@ -19,9 +19,11 @@ from aneforge.emulator.chips import (
     chip_numerics,
     is_width_offset,
 )
+from aneforge.emulator.gemm import gemm_reference
 from aneforge.emulator.interpreter import execute_fp16
 from aneforge.errors import PreflightError
-from aneforge.graph.fp16 import narrow_sum, reduction_route
+from aneforge.graph.arith import Arith
+from aneforge.graph.fp16 import narrow_sum
 from aneforge.graph.ops.bridge import input_view, sdpa
 from conftest import same_bits
 
@@ -223,16 +225,18 @@ def test_the_route_reaches_the_norms_the_pools_and_sdpa(rng):
     assert [same_bits(u, w) for u, w in zip(a, b)] == [False] * len(outs)
 
 
-def test_the_route_does_not_leak_out_of_a_run_or_an_error():
+def test_the_route_is_an_explicit_argument_that_does_not_leak_out_of_a_run():
     x = af.input((4096,))
-    run(x.sum(), [np.ones(4096)], target="h13")
-    assert float(narrow_sum(np.ones(4096, np.float16), axis=0)) == 2048.0
-    with pytest.raises(RuntimeError), reduction_route(192):
-        assert float(narrow_sum(np.ones(4096, np.float16), axis=0)) == 4096.0
-        raise RuntimeError("a kernel failed")
-    assert float(narrow_sum(np.ones(4096, np.float16), axis=0)) == 2048.0
-    with pytest.raises(ValueError):
-        reduction_route(0).__enter__()
+    ones = np.ones(4096, np.float16)
+    assert float(run(x.sum(), [np.ones(4096)], target="h13")[0]) == 4096.0
+    assert float(narrow_sum(ones, axis=0)) == 2048.0
+    assert float(narrow_sum(ones, axis=0, route=192)) == 4096.0
+    assert float(Arith(route=192).narrow_sum(ones, 0)) == 4096.0
+    assert float(chip_numerics("h13").arith(gemm_reference).narrow_sum(ones, 0)) == 4096.0
+    assert float(narrow_sum(ones, axis=0)) == 2048.0
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(ValueError):
+            Arith(route=bad)
 
 
 # ---- 3. matmul output saturation -------------------------------------------------------------

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import aneforge as af
-from aneforge.emulator.chips import chip_execution, chip_numerics
+from aneforge.emulator.chips import chip_numerics
 from aneforge.emulator.gemm import gemm_reference
 from aneforge.graph.ranges import Interval, RangeEnv
 from aneforge.graph.registry import get_op
@@ -249,13 +249,14 @@ def direct_check(node, iv, feeds_, target):
     chip = chip_numerics(target)
     mm = chip.matmul(gemm_reference) if chip is not None else gemm_reference
     limit = chip.matmul_limit if chip is not None else None
+    route = chip.route if chip is not None else None
     params = [Interval.of(s.value) for s in node.srcs[1:]]
     weights = [np.asarray(s.value, np.float16) for s in node.srcs[1:]]
     op = get_op(node.op)
-    with chip_execution(chip), np.errstate(all="ignore"):
-        env = RangeEnv(mm=mm, plain_mm=gemm_reference, matmul_limit=limit)
+    with np.errstate(all="ignore"):
+        env = RangeEnv(mm=mm, plain_mm=gemm_reference, matmul_limit=limit, route=route)
         out_iv = op.range(node, [iv, *params], env)
-        got = [op.emulate([f, *weights], dict(node.attrs), mm) for f in feeds_]
+        got = [op.emulate([f, *weights], dict(node.attrs), env.arith) for f in feeds_]
     assert isinstance(out_iv, Interval)
     assert all(isinstance(label, str) and isinstance(s, Interval) for label, s in env.steps)
     return out_iv, [np.asarray(g, np.float64) for g in got]

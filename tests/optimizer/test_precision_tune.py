@@ -11,7 +11,7 @@ import aneforge as af
 from aneforge.compiler.program import Program
 from aneforge.emulator.gemm import gemm_reference
 from aneforge.errors import OptionError, PrecisionWarning
-from aneforge.graph.fp16 import narrow_sum, reduction_route, round_fp16, wide_reductions
+from aneforge.graph.fp16 import narrow_sum, round_fp16
 from aneforge.graph.hashing import structural_hash
 from aneforge.optimizer import precision_tune as pt
 from aneforge.optimizer.precision_tune import (
@@ -52,19 +52,17 @@ def _cfg(rng, k=64, n=32):
     return x, w1, w2
 
 
-# ---- the wide-accumulator hook in graph/fp16.py ---------------------------------------
+# ---- the wide-accumulator mode of graph/fp16.py narrow_sum ----------------------------
 
 
-def test_wide_reductions_equals_matmul_and_leaves_narrow_sum_alone(rng):
+def test_the_wide_mode_equals_matmul_and_leaves_narrow_sum_alone(rng):
     x = round_fp16(rng.standard_normal((3, 4096)))
     before = narrow_sum(x, axis=-1)
     ones = np.ones((1, 4096, 1), np.float16)
-    with wide_reductions():
-        wide = narrow_sum(x, axis=-1)
-        with reduction_route(192):  # the wide accumulator takes precedence over routes
-            routed = narrow_sum(x, axis=-1)
-        with wide_reductions(rounded=False):
-            unrounded = narrow_sum(x, axis=-1)
+    wide = narrow_sum(x, axis=-1, wide="fp16")
+    # the wide accumulator takes precedence over routes
+    routed = narrow_sum(x, axis=-1, route=192, wide="fp16")
+    unrounded = narrow_sum(x, axis=-1, wide="float32")
     assert wide.dtype == np.float16 and unrounded.dtype == np.float32
     for row in range(3):
         mm = gemm_reference(x[row][None, None], ones)[0, 0, 0]
@@ -73,7 +71,7 @@ def test_wide_reductions_equals_matmul_and_leaves_narrow_sum_alone(rng):
     assert round_fp16(unrounded).tobytes() == wide.tobytes()
     exact = x.astype(np.float64).sum(axis=-1)
     assert np.max(np.abs(unrounded - exact)) < np.max(np.abs(before - exact))
-    # Outside the block the narrow sum is bit-identical to before (and still narrow).
+    # Without the wide mode the narrow sum is bit-identical to before (and still narrow).
     assert narrow_sum(x, axis=-1).tobytes() == before.tobytes()
     assert float(narrow_sum(np.ones(4096, np.float16), axis=0)) == 2048.0
 

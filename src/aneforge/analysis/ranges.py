@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compiler.program import Program
-from ..emulator.chips import chip_execution, chip_numerics, is_width_offset
+from ..emulator.chips import chip_numerics, is_width_offset
 from ..emulator.gemm import gemm_reference
 from ..emulator.interpreter import execute_fp16
 from ..errors import OptionError
@@ -399,11 +399,12 @@ def _analyse(program, declared, chip, target_name, weights=None) -> RangeReport:
     names = program.layer_names
     mm = chip.matmul(gemm_reference) if chip is not None else gemm_reference
     limit = chip.matmul_limit if chip is not None else None
+    route = chip.route if chip is not None else None
     crop = chip.crop_dma_limit if chip is not None else None
     intervals: dict[int, Interval] = {}
     known: dict[int, bool] = {}
     records, hazards = [], []
-    with chip_execution(chip), np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):
         for i, node in enumerate(program.nodes):
             name = names.get(id(node), f"%{i}")
             if node.op == "weight":
@@ -421,7 +422,7 @@ def _analyse(program, declared, chip, target_name, weights=None) -> RangeReport:
                 )
                 continue
             srcs = [intervals[id(s)] for s in node.srcs]
-            env = RangeEnv(mm=mm, plain_mm=gemm_reference, matmul_limit=limit)
+            env = RangeEnv(mm=mm, plain_mm=gemm_reference, matmul_limit=limit, route=route)
             iv = _rule(node)(node, srcs, env)
             is_known = all(known[id(s)] for s in node.srcs)
             found = []

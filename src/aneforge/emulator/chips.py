@@ -2,9 +2,10 @@
 
 The generic model (``target=None``, docs/numerics.md sections 1-7) is chip-independent.
 A target adds the measured per-family cliffs (docs/numerics.md, section 9), all in one
-record,
-:class:`ChipNumerics`, looked up by :func:`chip_numerics`. The executors apply it at
-exactly three points and nowhere else:
+record, :class:`ChipNumerics`, looked up by :func:`chip_numerics`. The executors apply it
+at exactly three points and nowhere else; the last two travel to the kernels in the
+explicit arithmetic policy :meth:`ChipNumerics.arith` (a
+:class:`~aneforge.graph.arith.Arith`):
 
 1. **Crop-DMA saturation** (families 2 and 3, the A13/A14 tiers): a width-offset slice,
    a ``slice`` or ``input_view`` (the ops whose record has a ``width_begin`` rule) whose
@@ -15,7 +16,7 @@ exactly three points and nowhere else:
    reduction (sum, mean, the sums inside softmax, the norms, avg_pool windows, sdpa's
    softmax, cost_volume) over more than ``route`` terms is split: consecutive chunks of
    ``route`` terms each summed narrowly in order, then the chunk partials summed
-   narrowly in order. (:meth:`route`, via :func:`aneforge.graph.fp16.reduction_route`)
+   narrowly in order. (:attr:`route`, carried by ``Arith.route``)
 3. **Matmul output saturation** (every family with a MIL path): the contraction backend's
    rounded output ``y = fp16(S)`` becomes +-inf where ``|y| > 32752`` (the largest fp16
    below 2^15), before any bias add. Applies to matmul, bmm, linear, conv,
@@ -35,13 +36,12 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import PreflightError
-from ..graph.fp16 import reduction_route
+from ..graph.arith import Arith
 from ..graph.registry import get_op
 from ..targets.capability import Capability, capabilities, capability
 from ..targets.names import resolve_target
@@ -74,10 +74,6 @@ class ChipNumerics:
     crop_dma_limit: float | None
     matmul_limit: float | None
 
-    def route_context(self):
-        """A context in which every narrow sum follows this family's reduction route."""
-        return reduction_route(self.route)
-
     def matmul(self, mm):
         """The contraction backend ``mm`` with this family's output saturation."""
         limit = self.matmul_limit
@@ -88,6 +84,19 @@ class ChipNumerics:
             return saturate(mm(a, b), limit)
 
         return saturating
+
+    def arith(self, mm) -> Arith:
+        """The arithmetic policy of this family on the contraction backend ``mm``: its
+        matmul output saturation and its reduction route.
+
+        Example:
+            >>> import numpy as np
+            >>> from aneforge.emulator.gemm import gemm_reference
+            >>> a = chip_numerics("M1").arith(gemm_reference)
+            >>> a.route, float(a.narrow_sum(np.ones(4096, np.float16), 0))
+            (192, 4096.0)
+        """
+        return Arith(self.matmul(mm), self.route)
 
     def finish(self, node, value: np.ndarray) -> np.ndarray:
         """A node's fp16 output as this family computes it (the crop-DMA clamp)."""
@@ -158,13 +167,3 @@ def width_begin(node) -> int:
 def is_width_offset(node) -> bool:
     """Whether ``node`` is a width-offset slice (its last-axis begin is not 0)."""
     return width_begin(node) != 0
-
-
-@contextlib.contextmanager
-def chip_execution(chip: ChipNumerics | None):
-    """The reduction-route context of ``chip`` (nothing for the generic model)."""
-    if chip is None:
-        yield
-        return
-    with chip.route_context():
-        yield

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.arith import Arith
 from ..graph.registry import get_op
 from ..graph.tensor import Tensor, weight
 from .gemm import gemm_reference
@@ -31,5 +32,6 @@ def fold_constant(node: Tensor, max_elements: int | None = None) -> Tensor | Non
         return None
     if max_elements is not None and node.size > max_elements:
         return None
-    value = get_op(node.op).emulate([s.value for s in node.srcs], node.attrs, gemm_reference)
+    arith = Arith.generic(gemm_reference)
+    value = get_op(node.op).emulate([s.value for s in node.srcs], node.attrs, arith)
     return weight(np.asarray(value, np.float16).reshape(node.shape))

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.arith import Arith
 from ..graph.registry import get_op
-from .chips import chip_execution, chip_numerics
+from .chips import chip_numerics
 from .fast_kernels import FAST_KERNELS
 from .gemm import gemm, gemm_reference
 
@@ -60,28 +61,24 @@ def execute_fp16(program, inputs, fast: bool = True, target=None, observe=None) 
     """
     chip = chip_numerics(target)
     mm = gemm if fast else gemm_reference
+    arith = Arith.generic(mm) if chip is None else chip.arith(mm)
     fast_ops = FAST_KERNELS if fast else {}
 
-    def emulate(node, args, matmul):
+    def emulate(node, args):
         fn = fast_ops.get(node.op)
         out = fn(args, node.attrs) if fn is not None else None
         if out is None:  # no compiled kernel, or it does not apply: the op's own kernel
-            out = get_op(node.op).emulate(args, node.attrs, matmul)
+            out = get_op(node.op).emulate(args, node.attrs, arith)
         return np.asarray(out, dtype=np.float16).reshape(node.shape)
 
     if chip is None:
-
-        def kernel(node, args):
-            return emulate(node, args, mm)
-
+        kernel = emulate
     else:
-        chip_mm = chip.matmul(mm)
 
         def kernel(node, args):
-            return chip.finish(node, emulate(node, args, chip_mm))
+            return chip.finish(node, emulate(node, args))
 
-    with chip_execution(chip):
-        return _execute(program, inputs, kernel, lambda node: node.value, observe)
+    return _execute(program, inputs, kernel, lambda node: node.value, observe)
 
 
 def execute_float64(program, inputs) -> list[np.ndarray]:

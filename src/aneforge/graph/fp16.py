@@ -8,11 +8,12 @@ them so the arithmetic contract (``docs/numerics.md``) lives in one place.
   carries at least 2*11+2 significand bits, computing an elementwise op in float64 from
   fp16 operands and then rounding once gives the correctly rounded fp16 result.
 - :func:`narrow_sum` is the reduce_sum accumulator: every partial sum rounded to fp16,
-  terms added one at a time in ascending index order. Inside :func:`reduction_route`
-  (set by the per-chip emulator, docs/numerics.md section 9.2) a sum over more than the
-  route's terms is split into chunks first; outside it, nothing changes. Inside
-  :func:`wide_reductions` (the precision tuner's fp32-faithful reference) it takes the
-  matmul's wide accumulator instead: one float32 running sum in the same order.
+  terms added one at a time in ascending index order. Two explicit keyword arguments
+  change it (a kernel passes them through its :class:`~aneforge.graph.arith.Arith`):
+  ``route`` (a chip's reduction route, docs/numerics.md section 9.2) splits a sum over
+  more than ``route`` terms into chunks first; ``wide`` (the precision tuner's
+  fp32-faithful reference) takes the matmul's wide accumulator instead: one float32
+  running sum in the same order.
 
 Example:
     >>> import numpy as np
@@ -23,21 +24,14 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-from contextvars import ContextVar
-
 import numpy as np
 
 FP16_MAX = 65504.0
 FP16_EPS = 2.0**-10  # spacing of fp16 values in [1, 2)
 
-# The reduction route of the chip being emulated (None: the generic sequential model).
-# Set only through :func:`reduction_route` by the per-chip layer (``emulator/chips.py``).
-_ROUTE_CHUNK: ContextVar[int | None] = ContextVar("aneforge_route_chunk", default=None)
-# Whether narrow_sum uses the wide (float32) accumulator: None (no: the engine's narrow
-# sum), "fp16" (wide, the sum rounded to fp16 once) or "float32" (wide, left unrounded).
-# Set only through :func:`wide_reductions`.
-_WIDE: ContextVar[str | None] = ContextVar("aneforge_wide_reductions", default=None)
+#: The wide modes of :func:`narrow_sum`: None (the engine's narrow sum), "fp16" (the
+#: float32 accumulator, rounded to fp16 once) or "float32" (left unrounded).
+WIDE_MODES = (None, "fp16", "float32")
 
 
 def round_fp16(x) -> np.ndarray:
@@ -73,22 +67,43 @@ def _move_to_end(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     return moved.reshape(moved.shape[: len(rest)] + (-1,))
 
 
-def narrow_sum(x: np.ndarray, axis, keepdims: bool = False) -> np.ndarray:
+def narrow_sum(
+    x: np.ndarray,
+    axis,
+    keepdims: bool = False,
+    *,
+    route: int | None = None,
+    wide: str | None = None,
+) -> np.ndarray:
     """Sum fp16 ``x`` over ``axis`` with an fp16 accumulator (each partial rounded).
 
     The reduced axes are flattened in C order and added one term at a time starting
     from +0. ``axis`` is an int or a tuple of ints.
 
+    ``route`` (a positive int, or None for the generic sequential model): a sum over
+    more than ``route`` terms takes the split route, consecutive chunks of ``route``
+    terms each summed narrowly, then their partials summed narrowly (the per-chip
+    emulator's reduction route). ``wide`` (one of :data:`WIDE_MODES`): accumulate like
+    a matmul instead, a float32 running sum over the same terms in the same order (so
+    it equals ``x @ ones`` bit for bit), rounded to fp16 once (``"fp16"``) or returned
+    as the float32 sum (``"float32"``); terms are taken at float32, exact for fp16
+    values, and ``route`` does not apply. The engine itself has no wide mode: it is the
+    precision tuner's fp32-faithful reference (:mod:`aneforge.optimizer.precision_tune`).
+
     Example:
         >>> import numpy as np
         >>> float(narrow_sum(np.array([16000, 1, 1], np.float16), axis=0))
         16000.0
+        >>> ones = np.ones(4096, np.float16)
+        >>> float(narrow_sum(ones, 0)), float(narrow_sum(ones, 0, route=384))
+        (2048.0, 4096.0)
+        >>> float(narrow_sum(ones, 0, wide="fp16"))
+        4096.0
     """
-    wide = _WIDE.get()
     x = np.asarray(x, dtype=np.float16 if wide is None else np.float32)
     axes = _normalize_axes(axis, x.ndim)
     flat = _move_to_end(x, axes)
-    chunk = _ROUTE_CHUNK.get()
+    chunk = route
     if wide is not None:
         acc = _wide_sum(flat)
         if wide == "fp16":
@@ -127,50 +142,6 @@ def _chunked_sum(flat: np.ndarray, chunk: int) -> np.ndarray:
     n = flat.shape[-1]
     partials = [_sequential_sum(flat[..., i : i + chunk]) for i in range(0, n, chunk)]
     return _sequential_sum(np.stack(partials, axis=-1))
-
-
-@contextlib.contextmanager
-def reduction_route(chunk: int | None):
-    """Within the block, every :func:`narrow_sum` over more than ``chunk`` terms takes the
-    split route (chunks of ``chunk`` terms summed narrowly, then their partials summed
-    narrowly); ``None`` is the generic sequential model. Used by the per-chip emulator.
-
-    Example:
-        >>> import numpy as np
-        >>> with reduction_route(384):
-        ...     float(narrow_sum(np.ones(4096, np.float16), axis=0))
-        4096.0
-    """
-    if chunk is not None and (isinstance(chunk, bool) or int(chunk) < 1):
-        raise ValueError(f"reduction_route: chunk must be a positive integer, got {chunk!r}")
-    token = _ROUTE_CHUNK.set(None if chunk is None else int(chunk))
-    try:
-        yield
-    finally:
-        _ROUTE_CHUNK.reset(token)
-
-
-@contextlib.contextmanager
-def wide_reductions(rounded: bool = True):
-    """Within the block, :func:`narrow_sum` accumulates like a matmul: a float32 running
-    sum over the same terms in the same order (so it equals ``x @ ones`` bit for bit),
-    rounded to fp16 once (``rounded=True``) or returned as the float32 sum
-    (``rounded=False``). Terms are taken at float32, exact for fp16 values. The reduction
-    route of :func:`reduction_route` does not apply inside. Outside the block nothing
-    changes. Used by the precision tuner's fp32-faithful reference
-    (:mod:`aneforge.optimizer.precision_tune`); the engine itself has no such mode.
-
-    Example:
-        >>> import numpy as np
-        >>> with wide_reductions():
-        ...     float(narrow_sum(np.ones(4096, np.float16), axis=0))
-        4096.0
-    """
-    token = _WIDE.set("fp16" if rounded else "float32")
-    try:
-        yield
-    finally:
-        _WIDE.reset(token)
 
 
 def _normalize_axes(axis, ndim: int) -> tuple[int, ...]:

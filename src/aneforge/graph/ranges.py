@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..errors import AttributeValueError
+from .arith import Arith
 from .fp16 import FP16_MAX, narrow_sum, round_fp16
 from .registry import get_op
 
@@ -251,14 +252,22 @@ class RangeEnv:
             :meth:`contraction` itself).
         matmul_limit: the target's contraction output limit (``|y| >`` it becomes inf),
             or ``None``.
+        route: the target's reduction route (narrow sums over more terms split), or
+            ``None`` for the generic model; rules pass it to their narrow sums.
         steps: the internal steps the current node recorded with :meth:`step`.
     """
 
     mm: Callable | None = None
     plain_mm: Callable | None = None
     matmul_limit: float | None = None
+    route: int | None = None
     steps: list = field(default_factory=list)
     _cliffs: list = field(default_factory=list)
+
+    @property
+    def arith(self) -> Arith:
+        """The arithmetic policy the rules run kernels with: ``mm`` and ``route``."""
+        return Arith(self.mm, self.route)
 
     def step(self, label: str, interval: Interval) -> Interval:
         """Record the range of an internal step of a composite op (``x*x`` of a norm,
@@ -306,10 +315,10 @@ ETA16 = 2.0**-25
 NONNEGATIVE_FP16 = np.arange(0x7C00, dtype=np.uint16).view(np.float16).astype(np.float64)
 
 
-def copies_sum(values, n: int) -> np.ndarray:
+def copies_sum(values, n: int, route: int | None = None) -> np.ndarray:
     """The narrow fp16 sum of ``n`` copies of each of ``values`` (float64 out).
 
-    It runs the accumulator itself, so inside a chip's reduction route it takes that
+    It runs the accumulator itself, so with a chip's reduction ``route`` it takes that
     route, as the real sum over ``n`` terms does. A narrow sum is non-decreasing in
     every term, so for terms in ``[lo, hi]`` the sum lies in
     ``copies_sum([lo, hi], n)``.
@@ -321,7 +330,7 @@ def copies_sum(values, n: int) -> np.ndarray:
     v = np.asarray(values, dtype=np.float64).reshape(-1, 1)
     with np.errstate(all="ignore"):
         probe = np.broadcast_to(round_fp16(v), (v.shape[0], max(int(n), 0)))
-        return np.asarray(narrow_sum(probe, 1), dtype=np.float64)
+        return np.asarray(narrow_sum(probe, 1, route=route), dtype=np.float64)
 
 
 def sum_nan(nan: bool, lo: float, hi: float) -> bool:
@@ -392,7 +401,7 @@ def corners(node, srcs: Sequence[Interval], env: RangeEnv) -> Interval:
     ends = [np.array(probe_points(s)) for s in srcs]
     grids = np.meshgrid(*ends, indexing="ij")
     args = [round_fp16(g.ravel()) for g in grids]
-    out = _kernel(node)(args, dict(node.attrs), env.mm)
+    out = _kernel(node)(args, dict(node.attrs), env.arith)
     return hull_of_values([out], any(s.nan for s in srcs))
 
 
@@ -413,7 +422,7 @@ def monotone(probe_shapes=None, sums: bool = True) -> RangeRule:
         for end in ("lo", "hi"):
             args = [np.full(shape, getattr(s, end), np.float16) for shape, s in zip(shapes, srcs)]
             with np.errstate(all="ignore"):
-                results.append(kernel(args, dict(node.attrs), env.mm))
+                results.append(kernel(args, dict(node.attrs), env.arith))
         out = hull_of_values(results, any(s.nan for s in srcs))
         return Interval(out.lo, out.hi, sum_nan(out.nan, out.lo, out.hi) if sums else out.nan)
 
@@ -427,7 +436,7 @@ def critical(points: Callable[[object, float, float], Sequence[float]]) -> Range
     def rule(node, srcs, env):
         (s,) = srcs
         xs = probe_points(s) + [p for p in points(node, s.lo, s.hi) if s.lo < p < s.hi]
-        out = _kernel(node)([np.array(xs, dtype=np.float64)], dict(node.attrs), env.mm)
+        out = _kernel(node)([np.array(xs, dtype=np.float64)], dict(node.attrs), env.arith)
         return hull_of_values([out], s.nan)
 
     return rule

@@ -121,8 +121,10 @@ class OpDef:
         attrs: the attribute schema, name -> :class:`Attr`.
         shape: shape rule ``(input_shapes, attrs) -> output_shape``; raises
             :class:`~aneforge.errors.ShapeError` on shapes it cannot combine.
-        emulate: fp16 kernel ``(inputs, attrs, mm) -> fp16 array``; ``mm`` is the
-            matmul backend (reference or fast) of the executor calling it.
+        emulate: fp16 kernel ``(inputs, attrs, arith) -> fp16 array``; ``arith`` is the
+            arithmetic policy of the executor calling it (an
+            :class:`~aneforge.graph.arith.Arith`: its matmul backend, reduction route
+            and wide mode; a bare matmul backend or None is taken as the generic one).
         exact: float64 kernel ``(inputs, attrs) -> float64 array`` (the true answer).
         flops: FLOP rule ``(input_shapes, output_shape, attrs) -> int``.
         doc: one-line description used in generated docstrings.

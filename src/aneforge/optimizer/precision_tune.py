@@ -45,8 +45,8 @@ The reference (``report["reference"]``):
 - ``"fp32_faithful"``: the same graph on the emulator's fp16 kernels with every
   accumulation wide: products rounded to fp16 as on the engine, contractions (matmul,
   bmm, linear, conv, conv_transpose, cumsum) and narrow sums (``sum``, ``mean`` and the
-  sums inside softmax, the norms and pooling, via
-  :func:`~aneforge.graph.fp16.wide_reductions`) accumulated in float32 in the engine's
+  sums inside softmax, the norms and pooling, through the policy
+  :data:`FP32_FAITHFUL_ARITH`) accumulated in float32 in the engine's
   order, and the float32 accumulator value of a contraction, ``sum`` or ``cumsum``
   carried unrounded into its consumers (through movement ops too, but not an explicit
   ``cast``); every other op (``mean`` included: it divides the wide sum and rounds)
@@ -89,7 +89,8 @@ from ..compiler.program import PassRecord, PassReport, Program
 from ..cost.estimate import estimate
 from ..devices import get_device
 from ..errors import OptionError, PrecisionWarning
-from ..graph.fp16 import round_fp16, wide_reductions
+from ..graph.arith import Arith
+from ..graph.fp16 import round_fp16
 from ..graph.hashing import structural_hash
 from ..graph.registry import get_op
 from ..graph.rewrite import EQUAL_OR_BETTER, LOSSY
@@ -157,6 +158,11 @@ def wide_gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return acc
 
 
+#: The fp32-faithful reference's arithmetic policy: the unrounded :func:`wide_gemm` and
+#: narrow sums taken by the float32 accumulator, left unrounded.
+FP32_FAITHFUL_ARITH = Arith(wide_gemm, wide="float32")
+
+
 def _carries_wide(op) -> bool:
     """Whether the reference keeps a float32 result of ``op`` unrounded (an explicit
     ``cast`` to fp16 rounds)."""
@@ -179,21 +185,21 @@ def fp32_faithful_reference(program: Program, inputs) -> list[np.ndarray]:
     """
     env: dict[int, np.ndarray] = {}
     feeds = dict(zip((id(t) for t in program.inputs), inputs))
-    with wide_reductions(rounded=False):
-        for i, node in enumerate(program.nodes):
-            if node.op == "input":
-                value = np.asarray(feeds[id(node)], dtype=np.float16)
-            elif node.op == "weight":
-                value = node.value
-            else:
-                op = get_op(node.op)
-                args = [env[id(s)] for s in node.srcs]
-                value = np.asarray(op.emulate(args, node.attrs, wide_gemm)).reshape(node.shape)
-                if not (value.dtype == np.float32 and _carries_wide(op)):
-                    value = round_fp16(value)  # every other result is fp16, as on the engine
-            env[id(node)] = value
-            for dead in program.dead_after[i]:
-                env.pop(id(dead), None)
+    for i, node in enumerate(program.nodes):
+        if node.op == "input":
+            value = np.asarray(feeds[id(node)], dtype=np.float16)
+        elif node.op == "weight":
+            value = node.value
+        else:
+            op = get_op(node.op)
+            args = [env[id(s)] for s in node.srcs]
+            value = np.asarray(op.emulate(args, node.attrs, FP32_FAITHFUL_ARITH))
+            value = value.reshape(node.shape)
+            if not (value.dtype == np.float32 and _carries_wide(op)):
+                value = round_fp16(value)  # every other result is fp16, as on the engine
+        env[id(node)] = value
+        for dead in program.dead_after[i]:
+            env.pop(id(dead), None)
     return [round_fp16(env[id(t)]) for t in program.outputs]
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import AttributeValueError, ShapeError
+from ..arith import as_arith
 from ..facts import EVERY_FAMILY, ONLY_LOWERING, Role
-from ..fp16 import exact, narrow_sum, round_fp16
+from ..fp16 import exact, round_fp16
 from ..registry import OpDef, get_op, no_flops
 
 
@@ -111,7 +112,7 @@ def rounded(fn, float32_exact: bool = False):
     """
     widen = (lambda x: np.asarray(x, dtype=np.float32)) if float32_exact else exact
 
-    def emulate(inputs, attrs, mm=None):
+    def emulate(inputs, attrs, arith=None):
         with np.errstate(all="ignore"):
             return round_fp16(fn(*[widen(x) for x in inputs], **attrs))
 
@@ -160,12 +161,13 @@ def pads(op: str, value, nd: int) -> tuple[tuple[int, int], ...]:
 class Steps:
     """The arithmetic a kernel body runs with: rounded fp16 steps or exact float64.
 
-    One body serves both executors: :func:`step_kernels` runs it with ``Steps(True, mm)``
+    One body serves both executors: :func:`step_kernels` runs it with ``Steps(True, arith)``
     for the emulator and ``Steps(False)`` for the float64 reference. Values are always
     carried as float64 arrays; with ``fp16=True`` each :meth:`step` rounds to fp16 (the
     values stay exactly representable in fp16), constants are held in fp16, :meth:`total`
-    and :meth:`mean` use the narrow accumulator and :meth:`matmul` the executor's
-    wide-accumulator backend ``mm``. With ``fp16=False`` every method is exact.
+    and :meth:`mean` use the narrow accumulator and :meth:`matmul` the wide-accumulator
+    backend, both those of the executor's arithmetic policy ``arith`` (an
+    :class:`~aneforge.graph.arith.Arith`). With ``fp16=False`` every method is exact.
 
     Example:
         >>> import numpy as np
@@ -177,9 +179,9 @@ class Steps:
         (2048.0, 0.0999755859375)
     """
 
-    def __init__(self, fp16: bool, mm=None):
+    def __init__(self, fp16: bool, arith=None):
         self.fp16 = fp16
-        self.mm = mm
+        self.arith = as_arith(arith)
 
     def step(self, value):
         """One elementwise op: rounded once to fp16, or kept exact."""
@@ -194,7 +196,8 @@ class Steps:
         """Sum over ``axis``: the narrow fp16 accumulator (of ``x`` rounded to fp16, the
         identity on fp16 values), or an exact float64 sum."""
         if self.fp16:
-            return narrow_sum(round_fp16(x), axis, keepdims=keepdims).astype(np.float64)
+            total = self.arith.narrow_sum(round_fp16(x), axis, keepdims=keepdims)
+            return total.astype(np.float64)
         return np.sum(x, axis=axis, keepdims=keepdims)
 
     def mean(self, x, axes):
@@ -210,14 +213,14 @@ class Steps:
         if self.fp16:
             a16 = np.ascontiguousarray(round_fp16(a3))
             b16 = np.ascontiguousarray(round_fp16(b3))
-            return np.asarray(self.mm(a16, b16), dtype=np.float64)
+            return np.asarray(self.arith.matmul(a16, b16), dtype=np.float64)
         return np.matmul(a3, b3)
 
     def softmax_last(self, x):
         """Softmax over the last axis, by the registered softmax op's own kernels."""
         softmax = get_op("softmax")
         if self.fp16:
-            y = softmax.emulate([round_fp16(x)], {"axis": -1}, self.mm)
+            y = softmax.emulate([round_fp16(x)], {"axis": -1}, self.arith)
             return np.asarray(y, dtype=np.float64)
         return softmax.exact([x], {"axis": -1})
 
@@ -229,10 +232,10 @@ def step_kernels(body):
     emulator's result is rounded to fp16 once more (the identity after a final step).
     """
 
-    def emulate(inputs, attrs, mm=None):
+    def emulate(inputs, attrs, arith=None):
         with np.errstate(all="ignore"):
             args = [np.asarray(x, dtype=np.float64) for x in inputs]
-            return round_fp16(body(Steps(True, mm), args, attrs))
+            return round_fp16(body(Steps(True, arith), args, attrs))
 
     def exact(inputs, attrs):
         with np.errstate(all="ignore"):

@@ -5,8 +5,9 @@ Emulator contract (docs/numerics.md): every product of two fp16 operands is roun
 fp16, the products are added one at a time in ascending contraction order into a float32
 accumulator, and the sum is rounded to fp16. A bias is a separate fp16 add after that
 rounding. The contraction order of a convolution is (input channel, kernel row, kernel
-column) in C order. The kernels receive the matmul backend ``mm(a[B,M,K], b[B,K,N])``
-from the executor, so the reference interpreter and the fast path share everything else.
+column) in C order. The kernels receive the executor's arithmetic policy ``arith``
+(:class:`~aneforge.graph.arith.Arith`) and contract through ``arith.matmul(a[B,M,K],
+b[B,K,N])``, so the reference interpreter and the fast path share everything else.
 
 Range rules (:mod:`aneforge.graph.ranges`): with a known weight, each output column is
 bounded by its own row sums, ``sum_k max(fp16(W_kj*lo), fp16(W_kj*hi))``, plus the
@@ -29,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import AttributeValueError, ShapeError
+from ..arith import as_arith
 from ..facts import Flag, Role, WeightOperand, signed
 from ..ranges import ETA16, INF, U16, Interval, weight_value
 from ..registry import int_attr, ints_attr, register
@@ -87,9 +89,9 @@ def _as_batched(a, b):
     return a3, b3, out
 
 
-def _matmul_emulate(inputs, attrs, mm):
+def _matmul_emulate(inputs, attrs, arith):
     a3, b3, out = _as_batched(*inputs)
-    return mm(a3, b3).reshape(out)
+    return as_arith(arith).matmul(a3, b3).reshape(out)
 
 
 def _matmul_exact(inputs, attrs):
@@ -178,10 +180,11 @@ def _linear_shape(in_shapes, attrs):
     return x[:-1] + (w[0],)
 
 
-def _linear_emulate(inputs, attrs, mm):
+def _linear_emulate(inputs, attrs, arith):
     x, w = inputs[:2]
     lead = x.shape[:-1]
-    y = mm(x.reshape(1, -1, x.shape[-1]), w.T[None]).reshape(lead + (w.shape[0],))
+    y = as_arith(arith).matmul(x.reshape(1, -1, x.shape[-1]), w.T[None])
+    y = y.reshape(lead + (w.shape[0],))
     if len(inputs) == 3:
         with np.errstate(all="ignore"):
             y = y + inputs[2]  # fp16 + fp16 in NumPy: computed in float32, rounded once
@@ -345,8 +348,8 @@ def _add_fp16(y, b):
         return y + b
 
 
-def _conv_emulate(inputs, attrs, mm):
-    return _conv_run(inputs, attrs, mm, _add_fp16)
+def _conv_emulate(inputs, attrs, arith):
+    return _conv_run(inputs, attrs, as_arith(arith).matmul, _add_fp16)
 
 
 def _conv_exact(inputs, attrs):
@@ -504,8 +507,8 @@ def _convt_run(inputs, attrs, matmul, add_bias):
     return y
 
 
-def _convt_emulate(inputs, attrs, mm):
-    return _convt_run(inputs, attrs, mm, _add_fp16)
+def _convt_emulate(inputs, attrs, arith):
+    return _convt_run(inputs, attrs, as_arith(arith).matmul, _add_fp16)
 
 
 def _convt_exact(inputs, attrs):

@@ -146,7 +146,7 @@ def _at_ends_and_zero(points=None):
         for c in points(node.attrs) if points else ():
             if s.lo < c < s.hi:
                 xs += [np.array([c]), _fp16_near(c, s.lo, s.hi)]
-        out = get_op(node.op).emulate([np.concatenate(xs)], dict(node.attrs), env.mm)
+        out = get_op(node.op).emulate([np.concatenate(xs)], dict(node.attrs), env.arith)
         return hull_of_values(out, s.nan)
 
     return rule
@@ -172,7 +172,7 @@ def _periodic(node, srcs, env) -> Interval:
     if j - i > _ENUMERATE_LIMIT and s.hi - s.lo >= 2.0 * math.pi:
         return Interval(-1.0, 1.0, s.nan)
     xs = np.concatenate([_FP16_GRID[i:j], [s.lo, s.hi]])
-    return hull_of_values(get_op(node.op).emulate([xs], dict(node.attrs), env.mm), s.nan)
+    return hull_of_values(get_op(node.op).emulate([xs], dict(node.attrs), env.arith), s.nan)
 
 
 def _has_inf(s: Interval) -> bool:
@@ -272,7 +272,7 @@ def _pow_range(node, srcs, env) -> Interval:
 
     def at(bases):
         grid = np.meshgrid(np.array(bases), np.array([b.lo, b.hi]), indexing="ij")
-        out = kernel([g.ravel() for g in grid], dict(node.attrs), env.mm)
+        out = kernel([g.ravel() for g in grid], dict(node.attrs), env.arith)
         return float(np.nanmin(out)), float(np.nanmax(out))
 
     parts, nan = [], a.nan or b.nan

@@ -68,7 +68,7 @@ register(
             "axis": int_attr(0, None, "axis"),
         },
         _gather_shape,
-        lambda inputs, attrs, mm=None: _gather(inputs, attrs),
+        lambda inputs, attrs, arith=None: _gather(inputs, attrs),
         _gather,
         doc="the slices of x at constant indices along axis, in order (repeats allowed)",
         sign=all_sources,

@@ -94,7 +94,7 @@ def _batch_norm(a, inputs, attrs):
     return _affine(a, y, [x] + list(inputs[3:]), attrs, shape)
 
 
-def _batch_norm_emulate(inputs, attrs, mm=None):
+def _batch_norm_emulate(inputs, attrs, arith=None):
     """batch_norm's fp16 steps (those of :func:`_batch_norm`) in float32: the per-element
     steps are - and * of fp16 values, whose float32 results round to the same fp16 bits
     (float32's 24 bits >= 2*11 + 2); only the per-channel rsqrt runs in float64. It is
@@ -241,7 +241,7 @@ def _square_steps(d: Interval, name: str, n: int, eps: float, env, l2=False) -> 
     small = 0.0 if d.lo <= 0.0 <= d.hi else min(abs(d.lo), abs(d.hi))
     sq_lo, sq_hi = (float(v) for v in _fp16(np.array([small, d.max_abs]) ** 2))
     env.step(f"{name}*{name}", Interval(sq_lo, sq_hi, d.nan))
-    q_lo, q_hi = (float(v) for v in copies_sum([sq_lo, sq_hi], n))
+    q_lo, q_hi = (float(v) for v in copies_sum([sq_lo, sq_hi], n, route=env.route))
     env.step(f"sum({name}*{name})", Interval(q_lo, q_hi, d.nan))
     eps16 = float(round_fp16(eps))
     with np.errstate(all="ignore"):
@@ -260,7 +260,7 @@ def _square_steps(d: Interval, name: str, n: int, eps: float, env, l2=False) -> 
 
 def _standardized(s: Interval, n: int, eps: float, env) -> Interval:
     """layer_norm / group_norm before the affine step, over groups of ``n`` values."""
-    total_lo, total_hi = (float(v) for v in copies_sum([s.lo, s.hi], n))
+    total_lo, total_hi = (float(v) for v in copies_sum([s.lo, s.hi], n, route=env.route))
     total_nan = s.nan or (total_lo == -INF and total_hi == INF)
     env.step("sum(x)", Interval(total_lo, total_hi, total_nan))
     with np.errstate(all="ignore"):

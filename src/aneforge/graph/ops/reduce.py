@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
+from ..arith import as_arith
 from ..facts import SOFTMAX_FIX, Flag, NarrowSum, TermSign, first_source, nonnegative, prod
 from ..fp16 import FP16_MAX, narrow_sum, round_fp16
 from ..ranges import Interval, copies_sum, same, softmax_sum_bounds, sum_nan
@@ -64,17 +65,17 @@ def _count(x, axes):
     return int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
 
 
-def _sum_emulate(inputs, attrs, mm=None):
+def _sum_emulate(inputs, attrs, arith=None):
     x = inputs[0]
     axes = _reduced(x, attrs, "sum")
-    return _finish(narrow_sum(x, axes), x, axes, attrs)
+    return _finish(as_arith(arith).narrow_sum(x, axes), x, axes, attrs)
 
 
-def _mean_emulate(inputs, attrs, mm=None):
+def _mean_emulate(inputs, attrs, arith=None):
     x = inputs[0]
     axes = _reduced(x, attrs, "mean")
     with np.errstate(all="ignore"):
-        total = narrow_sum(x, axes).astype(np.float64)
+        total = as_arith(arith).narrow_sum(x, axes).astype(np.float64)
         return _finish(round_fp16(total / _count(x, axes)), x, axes, attrs)
 
 
@@ -89,7 +90,7 @@ def _exact_reduction(fn, name):
 
 
 def _exact_emulation(fn, name):
-    def run(inputs, attrs, mm=None):
+    def run(inputs, attrs, arith=None):
         x = inputs[0]
         axes = _reduced(x, attrs, name)
         return _finish(np.asarray(fn(x, axis=axes)), x, axes, attrs)
@@ -108,8 +109,8 @@ def _reduced_count(node) -> int:
     return int(np.prod([shape[a] for a in axes], dtype=np.int64))
 
 
-def _sum_interval(s: Interval, n: int) -> Interval:
-    lo, hi = (float(v) for v in copies_sum([s.lo, s.hi], n))
+def _sum_interval(s: Interval, n: int, route: int | None) -> Interval:
+    lo, hi = (float(v) for v in copies_sum([s.lo, s.hi], n, route=route))
     return Interval(lo, hi, sum_nan(s.nan, lo, hi))
 
 
@@ -122,14 +123,14 @@ def _sum_range(node, srcs, env) -> Interval:
         >>> str(af.range_analysis(af.sum(x, axis=-1)).nodes[-1].interval)
         '[-2048, 2048]'
     """
-    return _sum_interval(srcs[0], _reduced_count(node))
+    return _sum_interval(srcs[0], _reduced_count(node), env.route)
 
 
 def _mean_range(node, srcs, env) -> Interval:
     """Range rule of ``mean``: ``fp16(sum / n)`` of the bounds of the narrow sum, which
     is recorded as the step ``sum(x)`` (it can overflow when the mean would not)."""
     n = _reduced_count(node)
-    total = env.step("sum(x)", _sum_interval(srcs[0], n))
+    total = env.step("sum(x)", _sum_interval(srcs[0], n, env.route))
     with np.errstate(all="ignore"):
         lo, hi = (float(v) for v in round_fp16(np.array([total.lo, total.hi]) / n))
     return Interval(lo, hi, total.nan)
@@ -201,13 +202,13 @@ def _axis_shape(name):
     return rule
 
 
-def _softmax_emulate(inputs, attrs, mm=None):
+def _softmax_emulate(inputs, attrs, arith=None):
     x = inputs[0]
     axis = attrs["axis"] % x.ndim
     with np.errstate(all="ignore"):
         d = round_fp16(x.astype(np.float64) - np.max(x, axis=axis, keepdims=True))
         e = round_fp16(np.exp(d.astype(np.float64)))
-        s = narrow_sum(e, axis, keepdims=True)
+        s = as_arith(arith).narrow_sum(e, axis, keepdims=True)
         return round_fp16(e.astype(np.float64) / s.astype(np.float64))
 
 
@@ -224,7 +225,7 @@ def _softmax_exact(inputs, attrs):
 _SOFTMAX_POSITIONS = 2048
 
 
-def _softmax_sum_low(e_min: float, n: int) -> float:
+def _softmax_sum_low(e_min: float, n: int, route: int | None) -> float:
     """A lower bound of softmax's narrow sum ``s`` when every term is ``>= e_min`` and
     one term (the maximum's) is exactly 1: ``s`` is monotone in every term, so it is at
     least the sum with every other term at ``e_min``, for the worst position of the 1."""
@@ -232,9 +233,9 @@ def _softmax_sum_low(e_min: float, n: int) -> float:
         probe = np.full((n, n), e_min)
         np.fill_diagonal(probe, 1.0)
         with np.errstate(all="ignore"):
-            return float(np.min(narrow_sum(round_fp16(probe), 1)))
+            return float(np.min(narrow_sum(round_fp16(probe), 1, route=route)))
     # the 1 lifts its partial sum to >= 1 and later partials never fall (terms >= 0)
-    return max(1.0, float(copies_sum([e_min], n)[0]))
+    return max(1.0, float(copies_sum([e_min], n, route=route)[0]))
 
 
 def softmax_range(node, srcs, env) -> Interval:
@@ -258,7 +259,7 @@ def softmax_range(node, srcs, env) -> Interval:
     (s,) = srcs
     shape = node.srcs[0].shape
     n = int(shape[node.attrs["axis"] % len(shape)]) if shape else 1
-    s_max = float(copies_sum([1.0], n)[0])
+    s_max = float(copies_sum([1.0], n, route=env.route)[0])
     last = node.attrs["axis"] % len(shape) == len(shape) - 1 if shape else False
     # rows that hold no NaN sum to about 1 whatever their inputs (softmax_sum_bounds)
     l1 = softmax_sum_bounds(n)[1] if last else INF
@@ -273,7 +274,7 @@ def softmax_range(node, srcs, env) -> Interval:
     with np.errstate(all="ignore"):
         d_min = round_fp16(np.float64(s.lo) - np.float64(s.hi))
         e_min = float(round_fp16(np.exp(np.float64(d_min))))
-    s_min = _softmax_sum_low(e_min, n)
+    s_min = _softmax_sum_low(e_min, n, env.route)
     env.step("exp(x-max)", Interval(e_min, 1.0))
     env.step("sum(exp)", Interval(s_min, s_max))
     lo, hi = (float(v) for v in round_fp16(np.array([e_min / s_max, 1.0 / s_min])))
@@ -308,12 +309,13 @@ def _cumsum_shape(in_shapes, attrs):
     return same_shape(in_shapes, attrs)
 
 
-def _cumsum_emulate(inputs, attrs, mm):
+def _cumsum_emulate(inputs, attrs, arith):
     """``x @ triu(ones)``, literally: the engine's lowering (so inf * 0 gives nan)."""
     x = inputs[0]
     k = x.shape[-1]
     triu = np.triu(np.ones((k, k), np.float16))[None]
-    return mm(np.ascontiguousarray(x.reshape(1, -1, k)), triu).reshape(x.shape)
+    out = as_arith(arith).matmul(np.ascontiguousarray(x.reshape(1, -1, k)), triu)
+    return out.reshape(x.shape)
 
 
 def _cumsum_range(node, srcs, env) -> Interval:

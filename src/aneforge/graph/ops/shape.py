@@ -47,7 +47,7 @@ def _movement(name, arity, attrs, shape_rule, fn, doc, width_begin=None):
             arity,
             attrs,
             shape_rule,
-            lambda inputs, attrs, mm=None: fn(inputs, **attrs),
+            lambda inputs, attrs, arith=None: fn(inputs, **attrs),
             lambda inputs, attrs: fn(inputs, **attrs),
             doc=doc,
             sign=all_sources,

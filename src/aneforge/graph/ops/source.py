@@ -13,7 +13,7 @@ from ..ranges import Interval
 from ..registry import OpDef, register
 
 
-def _fed(inputs, attrs, mm=None):
+def _fed(inputs, attrs, arith=None):
     raise RuntimeError("source ops are fed by the executor, never executed")
 
 

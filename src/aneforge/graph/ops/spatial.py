@@ -21,8 +21,9 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
+from ..arith import as_arith
 from ..facts import WINDOW_SUM_FIX, NarrowSum, TermSign, first_source, prod
-from ..fp16 import FP16_MAX, narrow_sum, round_fp16
+from ..fp16 import FP16_MAX, round_fp16
 from ..ranges import Interval, copies_sum, monotone, same
 from ..registry import bool_attr, choice_attr, ints_attr, register
 from .common import fused_op, pads, spatial_tuple
@@ -88,9 +89,10 @@ def _counts(x, kern, stride, pad, include_pad):
     return _windows(ones, kern, stride, pad, 0.0).sum(axis=(-2, -1))
 
 
-def _avg_emulate(inputs, attrs, mm=None):
+def _avg_emulate(inputs, attrs, arith=None):
     def reduce_windows(x, kern, stride, pad):
-        total = narrow_sum(_windows(x, kern, stride, pad, 0.0), (-2, -1)).astype(np.float64)
+        windows = _windows(x, kern, stride, pad, 0.0)
+        total = as_arith(arith).narrow_sum(windows, (-2, -1)).astype(np.float64)
         with np.errstate(all="ignore"):
             return round_fp16(total / _counts(x, kern, stride, pad, attrs["count_include_pad"]))
 
@@ -128,7 +130,7 @@ def _avg_range(node, srcs, env) -> Interval:
     """
     (s,) = srcs
     _, kern, _, _, _ = _pool_geometry("avg_pool", node.srcs[0].shape, node.attrs)
-    lo, hi = (float(v) for v in copies_sum([s.lo, s.hi], int(np.prod(kern))))
+    lo, hi = (float(v) for v in copies_sum([s.lo, s.hi], int(np.prod(kern)), route=env.route))
     env.step("sum(window)", Interval(min(lo, 0.0), max(hi, 0.0), s.nan or (lo, hi) == (-INF, INF)))
     return _avg_probe(node, srcs, env)
 
@@ -145,7 +147,7 @@ register(
         1,
         dict(_POOL_ATTRS),
         _pool_shape("max_pool"),
-        lambda inputs, attrs, mm=None: _pool_run("max_pool", inputs[0], attrs, _max_windows),
+        lambda inputs, attrs, arith=None: _pool_run("max_pool", inputs[0], attrs, _max_windows),
         lambda inputs, attrs: _pool_run("max_pool", inputs[0], attrs, _max_windows),
         doc="max over each window (padding never wins); stride defaults to the kernel",
         sign=first_source,
@@ -244,7 +246,7 @@ register(
             "align_corners": bool_attr(False, "align_corners"),
         },
         _upsample_shape,
-        lambda inputs, attrs, mm=None: round_fp16(_upsample_f64(inputs[0], attrs)),
+        lambda inputs, attrs, arith=None: round_fp16(_upsample_f64(inputs[0], attrs)),
         lambda inputs, attrs: _upsample_f64(inputs[0], attrs),
         doc="integer-factor upsampling, nearest or (bi)linear",
         sign=first_source,

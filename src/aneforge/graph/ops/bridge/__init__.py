@@ -11,7 +11,7 @@ exact float64 result, every constant attribute (scale, eps, alpha/size, bias, be
 radius) is rounded to fp16 before use, sums written "narrow" use the fp16 accumulator
 (:func:`~aneforge.graph.fp16.narrow_sum`: every partial sum rounded, ascending order) and
 the two contractions (``sdpa``, ``cross_correlation``) go through the executor's matmul
-backend ``mm`` (fp16 products, float32 accumulator). Each public function's docstring
+backend ``arith.matmul`` (fp16 products, float32 accumulator). Each public function's docstring
 spells out its steps. The float64 executor runs the same formulas without any rounding,
 with the constants as given.
 

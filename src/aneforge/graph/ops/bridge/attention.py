@@ -135,7 +135,7 @@ def _sdpa_range(node, srcs, env):
             Interval(float(np.min(lo)), float(np.max(hi)), s.nan or bool(np.any(anan))),
         )
     nan = s.nan or s.hi == INF or not row_ok
-    top = float(narrow_sum(np.ones(t, np.float16), 0))  # every e <= 1 (the max gives 1)
+    top = float(narrow_sum(np.ones(t, np.float16), 0, route=env.route))  # every e <= 1
     env.step("sum(exp)", Interval(1.0, top, nan))
     s_lo, s_hi = softmax_sum_bounds(t)
     vw = weight_value(v)

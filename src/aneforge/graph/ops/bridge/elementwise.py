@@ -54,7 +54,7 @@ def scaled_range(node, srcs, env) -> Interval:
         '[-4, 2]'
     """
     a, b = srcs
-    st = Steps(True)
+    st = Steps(True, env.arith)
     attrs = dict(node.attrs)
     ga, gb = np.meshgrid([a.lo, a.hi], [b.lo, b.hi], indexing="ij")
     with np.errstate(all="ignore"):

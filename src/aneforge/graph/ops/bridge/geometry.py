@@ -253,8 +253,8 @@ def _cost_volume_range(node, srcs, env):
     plo, phi, pnan = product_bounds(a[0], a[1], b[0], b[1])
     prod = env.step("l*r", Interval(float(plo), float(phi), bool(pnan) or any(s.nan for s in srcs)))
     with np.errstate(all="ignore"):
-        lo = float(narrow_sum(np.full(c, prod.lo, np.float16), 0))
-        hi = float(narrow_sum(np.full(c, prod.hi, np.float16), 0))
+        lo = float(narrow_sum(np.full(c, prod.lo, np.float16), 0, route=env.route))
+        hi = float(narrow_sum(np.full(c, prod.hi, np.float16), 0, route=env.route))
     # a NaN sum needs a +inf and a -inf partial; by monotonicity then hi = inf, lo = -inf
     nan = prod.nan or (hi == INF and lo == -INF) or np.isnan(lo) or np.isnan(hi)
     lo = -INF if np.isnan(lo) else lo

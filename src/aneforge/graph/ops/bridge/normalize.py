@@ -92,7 +92,7 @@ def minmax_range(node, srcs, env) -> Interval:
         width = math.inf if infinite else float(round_fp16(s.hi - s.lo))
     env.step("max-min", Interval(0.0, width, nan))
     dr = _fp16_between(0.0, width)
-    st = Steps(True)
+    st = Steps(True, env.arith)
     with np.errstate(all="ignore"):
         y = np.concatenate(
             [
@@ -222,7 +222,7 @@ def lrn_range(node, srcs, env) -> Interval:
     """
     (s,) = srcs
     attrs = dict(node.attrs)
-    st = Steps(True)
+    st = Steps(True, env.arith)
     small = 0.0 if s.lo <= 0.0 <= s.hi else min(abs(s.lo), abs(s.hi))
     sq_lo, sq_hi = (float(v) for v in round_fp16(np.array([small, s.max_abs]) ** 2))
     env.step("x*x", Interval(sq_lo, sq_hi, s.nan))
