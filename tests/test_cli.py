@@ -547,7 +547,7 @@ def test_a_bad_input_range_is_a_user_error(capsys, bad):
     )
 
 
-# ---- user mistakes: one line, exit 2, nothing deleted (issue 13, points 4, 12, 15) --------
+# ---- user mistakes: one line, exit 2, nothing deleted --------
 
 
 def user_error(capsys, *argv) -> str:

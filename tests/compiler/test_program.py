@@ -316,7 +316,7 @@ def test_bad_inputs_raise_input_errors(args, kwargs, error, match):
 
 
 def test_inputs_as_one_dict_by_name():
-    # issue 14, point 8: prog({"x": a}) raised a misleading DTypeError
+    # prog({"x": a}) raised a misleading DTypeError
     x = af.input((2,), name="x")
     y = af.input((2,), name="y")
     prog = af.compile((x - y).named("d"))

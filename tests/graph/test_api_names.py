@@ -1,4 +1,4 @@
-"""Argument names a NumPy or PyTorch user guesses (issue 14, point 8).
+"""Argument names a NumPy or PyTorch user guesses.
 
 src/aneforge/graph/api.py: arguments are named as NumPy names them where NumPy has the
 function (``axis=``, ``keepdims=``, ``axes`` of transpose, ``shape`` of reshape), else as

@@ -654,7 +654,7 @@ def test_ops_without_value_inference_carry_the_right_parameters(tmp_path):
     assert got["pixel_shuffle"] == {"upscale_factor": 2}
 
 
-# ---- weights as outputs, and what an export may replace (issue 13, points 4 and 17) ----
+# ---- weights as outputs, and what an export may replace ----
 
 
 def test_a_weight_that_is_an_output_exports_as_its_constant(tmp_path):

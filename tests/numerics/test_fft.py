@@ -2,7 +2,7 @@
 
 Accuracy is relative L2, ``||got - ref|| / ||ref||``, over random normal data already
 representable in fp16 (so the reference sees the same inputs as the engine). Gates are
-twice spec 004's figures ("FFT: complex as real pairs"): dense ~2.5e-4, staged
+twice the specification's figures ("FFT: complex as real pairs"): dense ~2.5e-4, staged
 5e-4..8e-4. Convolution has no spec figure; its gate composes the 1-D one (see
 CONV_*_GATE). docs/numerics.md, "FFT", has the measured table (bench/fft_accuracy.py).
 """
@@ -21,8 +21,8 @@ from aneforge.numerics import fft as F
 from aneforge.numerics.fft_kernels import complex_matmul, factorizations
 from conftest import FP16_UNIT_ROUNDOFF, fp16_values, matmul_error_bound
 
-SPEC_DENSE = 2.5e-4  # spec 004: the naive single-DFT floor
-SPEC_STAGED = 8e-4  # spec 004: staged Cooley-Tukey, upper end of 5e-4..8e-4
+SPEC_DENSE = 2.5e-4  # the specification: the naive single-DFT floor
+SPEC_STAGED = 8e-4  # the specification: staged Cooley-Tukey, upper end of 5e-4..8e-4
 DENSE_GATE = 2 * SPEC_DENSE
 STAGED_GATE = 2 * SPEC_STAGED
 # A convolution is four transform-sized error sources (two forward FFTs, the spectral

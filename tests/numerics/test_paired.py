@@ -1,5 +1,5 @@
 """Paired fp16 (double-fp16): the error-free transforms, the pair arithmetic, its gain over
-plain fp16 and its cost, all measured on the emulator (spec 004, "Compensated /
+plain fp16 and its cost, all measured on the emulator (docs/numerics.md, "Compensated /
 paired-fp16 arithmetic"; docs/numerics.md section 10)."""
 
 from __future__ import annotations

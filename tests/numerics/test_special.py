@@ -1,4 +1,4 @@
-"""af.special (issue 7 section 3): fitted coefficients, accuracy gates, walls, recipes.
+"""af.special: fitted coefficients, accuracy gates, walls, recipes.
 
 Accuracy is measured on the emulator over every fp16 input of each gated domain (the
 engine's inputs are fp16, so the sweep is exhaustive) against scipy.special, numpy and

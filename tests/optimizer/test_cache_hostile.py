@@ -1,4 +1,4 @@
-"""The tune cache under hostile files and folders (issue 13, points 3 and 14).
+"""The tune cache under hostile files and folders.
 
 The generated test runs :mod:`hostile_cache`'s scenarios through ``af.tune``; the tests
 after it pin each defect of the issue with one plain case.

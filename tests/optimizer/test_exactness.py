@@ -369,7 +369,7 @@ def test_a_wrong_class_is_caught_by_the_measurement():
         RECORDS[real.name] = real
 
 
-# ---- the defects these classes came from (issue 13) ---------------------------------------
+# ---- the defects these classes came from ---------------------------------------
 
 
 @pytest.mark.parametrize("opt", [0, "routes", 1])

@@ -260,7 +260,7 @@ def test_compiling_twice_gives_the_same_program(opt, rng):
     assert len({tuple(_ops(p)) for p in progs}) == 1
 
 
-# ---- every level ends with the same checks (issue 13, point 6) -----------------------------
+# ---- every level ends with the same checks -----------------------------
 
 ALL_LEVELS = ["routes", 0, 1, 2, "max"]
 
@@ -313,7 +313,7 @@ def test_every_level_runs_preflight_and_the_divergence_check_on_a_target(opt, tu
 
 
 def test_a_bad_compress_atol_is_refused_without_compress():
-    # issue 13, point 19: compress_atol=-1 passed silently when compress was unset
+    # compress_atol=-1 passed silently when compress was unset
     x = af.input((2, 3), name="x")
     for bad in (-1, float("nan"), "0.1", True):
         with pytest.raises(OptionError, match="compress_atol"):

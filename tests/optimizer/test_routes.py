@@ -191,7 +191,7 @@ def test_each_alt_meets_its_loss_class_on_the_emulator(op):
     """Native op vs its decomposition on random inputs, several shapes and seeds.
 
     "bit-identical": the same fp16 bits; "bounded": relative error
-    max|native - alt| / max|native| (the relerr of spec 000 and of tune's validation)
+    max|native - alt| / max|native| (tune's validation error)
     within the route's measured bound. (test_exactness.py measures every class on
     random graphs with special values.)
     """

@@ -152,7 +152,7 @@ def test_a_weight_that_is_not_all_ones_stays():
 
 @pytest.mark.parametrize("zero", [0.0, np.zeros(3), np.zeros((1, 3))])
 def test_add_plus_zero_stays_since_it_turns_minus_zero_into_plus_zero(zero):
-    # issue 13, point 1: x + (+0) is not x bit for bit (-0 + 0 is +0, and 1/-0 is -inf)
+    # x + (+0) is not x bit for bit (-0 + 0 is +0, and 1/-0 is -inf)
     x = af.input((2, 3))
     for y in (x + zero, zero + x):
         assert canonicalize(y) is y

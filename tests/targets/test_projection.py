@@ -1,4 +1,4 @@
-"""project_peak, the anchors and estimate_provenance, against spec 000 and the data."""
+"""project_peak, the anchors and estimate_provenance, against the silicon anchors and the data."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_the_m1_point_is_the_measured_1_8_tflops():
 
 
 def test_the_m5_anchor_projects_the_spec_peak():
-    # spec 000: "peak 8.9 TFLOP/s (= project_peak('h17s'))"
+    # the specification: "peak 8.9 TFLOP/s (= project_peak('h17s'))"
     assert project_peak("h17s")["tflops"] == pytest.approx(8.9, rel=0.02)
     assert project_peak("M5 Pro") == project_peak("h17s")
 
