@@ -29,7 +29,21 @@ from .fast_kernels import FAST_KERNELS
 from .gemm import gemm, gemm_reference
 
 
-def _execute(program, inputs, kernel, weight_value, observe=None):
+def execute(program, inputs, kernel, weight_value, observe=None) -> list:
+    """The one interpreter loop: run ``program``'s nodes in order, each computing node by
+    ``kernel(node, source values)``, each weight by ``weight_value(node)``, and free each
+    value once no later node reads it. ``inputs`` are in program-input order; returns
+    the outputs' values. Every executor (fp16, float64, the tuner's fp32-faithful
+    reference) is this loop with its own kernel.
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> from aneforge.compiler.program import Program
+        >>> x = af.input((2,), name="x")
+        >>> prog = Program.from_outputs([x.exp()])
+        >>> execute(prog, [np.zeros(2)], lambda node, args: args[0] + 1, lambda n: n.value)
+        [array([1., 1.])]
+    """
     env: dict[int, np.ndarray] = {}
     feeds = dict(zip((id(t) for t in program.inputs), inputs))
     for i, node in enumerate(program.nodes):
@@ -78,7 +92,7 @@ def execute_fp16(program, inputs, fast: bool = True, target=None, observe=None) 
         def kernel(node, args):
             return chip.finish(node, emulate(node, args))
 
-    return _execute(program, inputs, kernel, lambda node: node.value, observe)
+    return execute(program, inputs, kernel, lambda node: node.value, observe)
 
 
 def execute_float64(program, inputs) -> list[np.ndarray]:
@@ -89,4 +103,4 @@ def execute_float64(program, inputs) -> list[np.ndarray]:
         return np.asarray(out, dtype=np.float64).reshape(node.shape)
 
     inputs = [np.asarray(x, dtype=np.float64) for x in inputs]
-    return _execute(program, inputs, kernel, lambda node: node.value.astype(np.float64))
+    return execute(program, inputs, kernel, lambda node: node.value.astype(np.float64))

@@ -88,6 +88,7 @@ import numpy as np
 from ..compiler.program import PassRecord, PassReport, Program
 from ..cost.estimate import estimate
 from ..devices import get_device
+from ..emulator.interpreter import execute
 from ..errors import OptionError, PrecisionWarning
 from ..graph.arith import Arith
 from ..graph.fp16 import round_fp16
@@ -183,24 +184,16 @@ def fp32_faithful_reference(program: Program, inputs) -> list[np.ndarray]:
         >>> float(fp32_faithful_reference(Program.from_outputs([x.sum()]), [np.ones(4096)])[0])
         4096.0
     """
-    env: dict[int, np.ndarray] = {}
-    feeds = dict(zip((id(t) for t in program.inputs), inputs))
-    for i, node in enumerate(program.nodes):
-        if node.op == "input":
-            value = np.asarray(feeds[id(node)], dtype=np.float16)
-        elif node.op == "weight":
-            value = node.value
-        else:
-            op = get_op(node.op)
-            args = [env[id(s)] for s in node.srcs]
-            value = np.asarray(op.emulate(args, node.attrs, FP32_FAITHFUL_ARITH))
-            value = value.reshape(node.shape)
-            if not (value.dtype == np.float32 and _carries_wide(op)):
-                value = round_fp16(value)  # every other result is fp16, as on the engine
-        env[id(node)] = value
-        for dead in program.dead_after[i]:
-            env.pop(id(dead), None)
-    return [round_fp16(env[id(t)]) for t in program.outputs]
+
+    def kernel(node, args):
+        op = get_op(node.op)
+        value = np.asarray(op.emulate(args, node.attrs, FP32_FAITHFUL_ARITH)).reshape(node.shape)
+        if value.dtype == np.float32 and _carries_wide(op):
+            return value
+        return round_fp16(value)  # every other result is fp16, as on the engine
+
+    feeds = [np.asarray(x, dtype=np.float16) for x in inputs]
+    return [round_fp16(v) for v in execute(program, feeds, kernel, lambda node: node.value)]
 
 
 # ---- the paired cancellation fix ------------------------------------------------------
