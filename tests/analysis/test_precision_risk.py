@@ -32,7 +32,6 @@ import aneforge as af
 from aneforge.analysis.precision import (
     _DRIFT_LENGTH,
     _FP16_CLEAN,
-    _GROUP_NORM_AXIS_LIMIT,
     _NARROW_SUM_FLOOR,
     MODES,
     PrecisionError,
@@ -335,7 +334,7 @@ def test_group_norm_past_the_axis_limit_is_a_cliff(shape, groups, longest):
     [((1, 640, 64, 64), 32), ((1, 512, 128, 128), 32), ((1, 32, 256, 256), 32)],
 )
 def test_group_norm_within_the_axis_limit_is_no_cliff(shape, groups):
-    assert _GROUP_NORM_AXIS_LIMIT == 65536
+    assert af.get_op("group_norm").tiled.limit == 65536
     rep = precision_risk(af.group_norm(af.input(shape), num_groups=groups), verbose=True)
     assert not rep.by_mode("compile_cliff")
 

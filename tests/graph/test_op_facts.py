@@ -18,6 +18,7 @@ import pytest
 import aneforge as af
 from aneforge.emulator.gemm import gemm_reference
 from aneforge.graph import fp16
+from aneforge.graph.arith import Arith
 from aneforge.graph.facts import (
     EVERY_FAMILY,
     Flag,
@@ -25,6 +26,7 @@ from aneforge.graph.facts import (
 )
 from aneforge.graph.registry import all_ops, get_op
 from aneforge.graph.tensor import make
+from aneforge.optimizer.precision_tune import wide_gemm
 
 RNG = np.random.default_rng(7)
 OPS = {n: op for n, op in all_ops().items()}
@@ -248,3 +250,58 @@ def test_roles_and_weight_operands_of_the_contractions():
     weights = {n: tuple(op.weight_operand) for n, op in OPS.items() if op.weight_operand}
     want = {"matmul": (1, -1), "linear": (1, 0), "conv": (1, 0), "conv_transpose": (1, 1)}
     assert weights == want
+
+
+def test_a_scale_invariant_op_ignores_its_inputs_scale():
+    """``Flag.SCALE_INVARIANT``: the float64 kernel, eps aside (set to 0), gives the same
+    result on its first input scaled by 16."""
+    flagged = sorted(n for n, op in OPS.items() if Flag.SCALE_INVARIANT in op.flags)
+    assert flagged == ["group_norm", "l2_norm", "layer_norm", "minmax_norm", "rms_norm"]
+    for name in flagged + ["batch_norm", "lrn", "softmax"]:  # the last three are not
+        op = get_op(name)
+        same = []
+        for node in SAMPLES[name]:
+            x, *rest = (np.asarray(v, np.float64) for v in _feed(node))
+            attrs = dict(node.attrs, **({"eps": 0.0} if "eps" in node.attrs else {}))
+            base = op.exact([x, *rest], attrs)
+            scaled = op.exact([x * 16.0, *rest], attrs)
+            same.append(np.allclose(base, scaled, rtol=1e-5, atol=1e-7))
+        assert all(same) == (name in flagged), (name, same)
+
+
+def test_the_wide_results_are_the_float32_values_a_wide_policy_returns():
+    """``Flag.WIDE_RESULT``: under a policy that keeps the accumulator wide, the flagged
+    ops (and only they, besides contractions and movements) return float32 values: the
+    float32 sum, within a float32 rounding of the float64 one."""
+    wide = Arith(wide_gemm, wide="float32")
+    returns_float32 = []
+    for name in NON_SOURCE:
+        op = get_op(name)
+        for node in SAMPLES[name]:
+            feed = _feed(node)
+            with np.errstate(all="ignore"):
+                value = np.asarray(op.emulate(feed, dict(node.attrs), wide))
+                true = np.asarray(op.exact([np.float64(f) for f in feed], dict(node.attrs)))
+            if value.dtype != np.float32 or {Flag.CONTRACTION, Flag.MOVEMENT} & op.flags:
+                continue
+            returns_float32.append(name)
+            if Flag.WIDE_RESULT in op.flags:
+                np.testing.assert_allclose(value, true, rtol=1e-5, atol=1e-5, err_msg=name)
+    flagged = sorted(n for n, op in OPS.items() if Flag.WIDE_RESULT in op.flags)
+    assert sorted(set(returns_float32)) == flagged == ["cumsum", "sum"]
+
+
+def test_every_overflow_fix_names_its_op_and_formats():
+    fixes = {n: op.overflow_fix for n, op in OPS.items() if op.overflow_fix is not None}
+    assert sorted(fixes) == ["avg_pool", "cumsum", "exp", "mean", "sdpa", "softmax", "sum"]
+    for name, fix in fixes.items():
+        text = fix.format(op=name, by=" by 0.5 or less")
+        assert "{" not in text and len(text) > 20, name
+
+
+def test_a_tiled_reduction_describes_its_layout():
+    tiled = {n: op.tiled for n, op in OPS.items() if op.tiled is not None}
+    assert sorted(tiled) == ["group_norm"]
+    node = make("group_norm", af.input((1, 8, 300, 300)), groups=2)
+    layout = tiled["group_norm"].axes([s.shape for s in node.srcs], node.attrs)
+    assert layout == (("C/groups", 4), ("H*W", 90000)) and tiled["group_norm"].limit == 65536

@@ -23,9 +23,10 @@ the largest proxy among the reliable, default signals (the ``hotspots``). Modes:
   that *will* overflow (or saturate, or flush to zero) has proxy 1.0, one that *may*
   has 0.5; a value left in the subnormal range is informational. Graphs whose inputs
   declare no range get no range flags (nothing is assumed about unknown inputs).
-- ``compile_cliff``: ``group_norm``'s tiled lowering reduces over
-  ``[1, G, C/groups, H*W]``; past ``max(C/groups, H*W) > 65536`` it falls off the cliff
-  (proxy 1). The emulator does not model the cliff, so this mode is not calibrated.
+- ``compile_cliff``: an op whose lowering tiles its reduction into a fixed layout
+  (its record's ``tiled``: ``group_norm`` reduces over ``[1, G, C/groups, H*W]``) falls
+  off a cliff past the layout's axis limit (65536; proxy 1). The emulator does not model
+  the cliff, so this mode is not calibrated.
 - ``attribute``: a float attribute the engine holds in fp16 (an eps, a scale, a
   radius...) that fp16 turns into 0 or into a subnormal more than 2**-8 off
   (:func:`aneforge.graph.registry.held_roundings`; building such a node warns once when
@@ -93,8 +94,6 @@ import math
 import warnings
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..compiler.program import Program
 from ..emulator.chips import chip_numerics
 from ..errors import AneforgeError, OptionError, PrecisionWarning
@@ -115,8 +114,6 @@ _NARROW_SUM_FLOOR = 256
 _STALL_LENGTH = 2**11
 #: Past this run, a same-sign partial sum's ulp is a mean term: such sums are hotspots.
 _DRIFT_LENGTH = 2**10
-#: group_norm's tiled lowering reduces over [1, G, C/groups, H*W]; a longer axis is a cliff.
-_GROUP_NORM_AXIS_LIMIT = 65536
 #: The eps of the proxy: fp16's unit roundoff (half the 2**-10 machine epsilon).
 _UNIT_ROUNDOFF = 2.0**-11
 
@@ -533,20 +530,20 @@ def _narrow_sum(node, route, memo):
 
 
 def _cliff(node):
-    if node.op != "group_norm":
+    """A compile cliff of an op whose lowering tiles its reduction (``OpDef.tiled``)."""
+    tiled = get_op(node.op).tiled
+    if tiled is None:
         return None
-    x = node.srcs[0].shape
-    per_group = x[1] // int(node.attrs["groups"])
-    spatial = int(np.prod([int(d) for d in x[2:]], dtype=np.int64)) if len(x) > 2 else 1
-    longest = max(per_group, spatial)
-    if longest <= _GROUP_NORM_AXIS_LIMIT:
+    in_shapes = [s.shape for s in node.srcs]
+    longest = tiled.longest(in_shapes, node.attrs)
+    if longest <= tiled.limit:
         return None
+    lengths = ", ".join(f"{label}={n}" for label, n in tiled.axes(in_shapes, node.attrs))
     detail = (
-        f"group_norm's tiled lowering reduces over [1, G, C/groups={per_group}, "
-        f"H*W={spatial}]; an axis over {_GROUP_NORM_AXIS_LIMIT} falls off the compile cliff"
+        f"{node.op}'s tiled lowering reduces over {tiled.layout} ({lengths}); an axis over "
+        f"{tiled.limit} falls off the compile cliff"
     )
-    fix = "tile the spatial extent (or raise groups) so each axis stays <= 65536"
-    return "compile_cliff", 1.0, int(longest), False, detail, fix
+    return "compile_cliff", 1.0, longest, False, detail, tiled.fix
 
 
 # ---- (b) cancellation subtracts (informational) ---------------------------------------

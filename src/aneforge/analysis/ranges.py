@@ -524,18 +524,12 @@ def _fix(kind, node, step, bound, limit) -> str:
         return f"scale the sliced tensor down{by} before the slice, or slice from the width origin"
     if kind == "matmul_saturation":
         return f"scale an operand of {op} down{by} (outputs past 32752 saturate) and undo it after"
-    if step is not None and op in _NORMS:
+    record = get_op(op)
+    if step is not None and Flag.SCALE_INVARIANT in record.flags:
         return (
             f"pre-scale: {op} does not depend on its input's scale, so multiply its input "
             "by a power of two 2**-k first (RangeReport.input_scale() finds k)"
         )
-    if step is not None and op in ("softmax", "sdpa"):
-        return f"scale {op}'s logits down{by} so its steps stay finite"
-    if op in ("sum", "mean", "avg_pool", "cumsum"):
-        return f"sum with the wide accumulator (af.matmul against ones), or scale down{by}"
-    if op == "exp":
-        return "subtract the maximum before exp (af.softmax does), or keep its input below 11.09"
+    if record.overflow_fix is not None:
+        return record.overflow_fix.format(op=op, by=by)
     return f"scale the inputs down{by} (RangeReport.input_scale() finds the power of two)"
-
-
-_NORMS = ("layer_norm", "rms_norm", "group_norm", "l2_norm", "lrn")

@@ -29,6 +29,12 @@ of a table somewhere else.
 - :class:`Work` (``OpDef.work``): the bridge cost table's work scalar.
 - ``OpDef.width_begin``: ``rule(in_shapes, attrs) -> int``, the last-axis begin of an op
   that reads through the crop-DMA (``slice``, ``input_view``); None for the others.
+- ``OpDef.overflow_fix``: the op's own remedy for an fp16 overflow at it (a format string
+  with ``{op}`` and ``{by}``), or None for the generic "scale the inputs down". Read by
+  :func:`aneforge.range_analysis`.
+- :class:`TiledReduction` (``OpDef.tiled``): a lowering that tiles the op's reduction
+  into a fixed layout whose axes the compiler limits (``group_norm``'s compile cliff).
+  Read by :func:`aneforge.precision_risk`.
 
 Example:
     >>> from aneforge.graph.registry import get_op
@@ -58,6 +64,8 @@ SignRule = Callable[[Any, Sequence[bool]], bool]
 TermsRule = Callable[[Shapes, dict[str, Any]], int]
 #: ``rule(in_shapes, attrs) -> int``: the begin on the last axis of a crop-DMA read.
 WidthRule = Callable[[Shapes, dict[str, Any]], int]
+#: ``rule(in_shapes, attrs) -> ((label, length), ...)``: the lengths of a tiled layout.
+AxesRule = Callable[[Shapes, dict[str, Any]], tuple[tuple[str, int], ...]]
 
 
 class _Unset:
@@ -117,6 +125,12 @@ class Flag(str, enum.Enum):
     SATURATES = "saturates"
     #: a statistic of its input: ``x - stat(x)`` is a benign centering, not a cancellation
     STATISTIC = "statistic"
+    #: ``f(c * x) == f(x)`` for every ``c > 0`` in exact arithmetic (eps aside): scaling
+    #: its input by a power of two removes an overflow inside it and changes nothing else
+    SCALE_INVARIANT = "scale_invariant"
+    #: its result is a float32 accumulator's value that the output stage rounds once (a
+    #: narrow sum, cumsum's matmul): a policy that keeps wide values keeps it unrounded
+    WIDE_RESULT = "wide_result"
 
 
 class FlagSet(frozenset):
@@ -202,6 +216,35 @@ SOFTMAX_FIX = (
 )
 #: The fix of a narrow window or channel sum (avg_pool, cost_volume).
 WINDOW_SUM_FIX = "express the window or channel sum as a matmul or convolution (wide accumulator)"
+
+#: The overflow fix of a sum (sum, mean, cumsum, avg_pool): ``OpDef.overflow_fix``.
+SUM_OVERFLOW_FIX = "sum with the wide accumulator (af.matmul against ones), or scale down{by}"
+#: The overflow fix of an op whose internal steps see its logits (softmax, sdpa).
+LOGITS_OVERFLOW_FIX = "scale {op}'s logits down{by} so its steps stay finite"
+
+
+@dataclass(frozen=True)
+class TiledReduction:
+    """A lowering that reduces over a fixed tiled layout (``layout``, for reports) whose
+    every axis the compiler keeps at most ``limit`` long: ``axes(in_shapes, attrs)`` gives
+    the ``(label, length)`` of the layout's variable axes; past ``limit`` the op falls off
+    a compile cliff, and ``fix`` (one sentence) says how to stay under it.
+
+    Example:
+        >>> from aneforge.graph.registry import get_op
+        >>> tiled = get_op("group_norm").tiled
+        >>> tiled.axes([(1, 64, 512, 512)], {"groups": 32}), tiled.limit
+        ((('C/groups', 2), ('H*W', 262144)), 65536)
+    """
+
+    axes: AxesRule
+    limit: int
+    layout: str
+    fix: str
+
+    def longest(self, in_shapes, attrs) -> int:
+        """The longest variable axis of the layout for these shapes."""
+        return max(int(n) for _, n in self.axes(list(in_shapes), attrs))
 
 
 def prod(values) -> int:
@@ -300,4 +343,6 @@ FACT_FIELDS = (
     "route",
     "work",
     "width_begin",
+    "overflow_fix",
+    "tiled",
 )

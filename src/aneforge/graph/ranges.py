@@ -448,26 +448,30 @@ def same(node, srcs, env) -> Interval:
     return srcs[0].elements()
 
 
+def transposed_rows(node, srcs, env) -> Interval:
+    """Rule of ``transpose``: leaving the last two axes in place keeps every bound,
+    swapping them turns row norms into column norms and back, leaving only the last axis
+    last keeps the row norms; anything else keeps only the element bounds."""
+    s, n = srcs[0], len(node.srcs[0].shape)
+    given = node.attrs["perm"]
+    perm = tuple(range(n))[::-1] if given is None else tuple(p % n for p in given)
+    if perm[-1] == n - 1 and (n < 2 or perm[-2] == n - 2):
+        return s
+    if n >= 2 and perm[-1] == n - 2 and perm[-2] == n - 1:
+        return Interval(s.lo, s.hi, s.nan, s.tiny, l2=s.col_l2, col_l2=s.l2)
+    if perm[-1] == n - 1:
+        return Interval(s.lo, s.hi, s.nan, s.tiny, l1=s.l1, l2=s.l2)
+    return s.elements()
+
+
 def rows_kept(node, srcs, env) -> Interval:
     """Rule of views that keep the input's last-axis vectors whole or cut them into
-    consecutive pieces (a reshape whose last dimension divides the input's, a transpose
-    or squeeze that leaves the last axis last): the element bounds and the row norms
-    hold (a piece of a vector is no longer than the vector); a reshape joining ``m``
-    whole rows into one scales them by ``m`` (1-norm) and ``sqrt(m)``. A transpose swapping the
-    last two axes turns row norms into column norms and back; anything else keeps only
-    the element bounds."""
+    consecutive pieces (a reshape whose last dimension divides the input's, a squeeze
+    that leaves the last axis last): the element bounds and the row norms hold (a piece
+    of a vector is no longer than the vector); a reshape joining ``m`` whole rows into
+    one scales them by ``m`` (1-norm) and ``sqrt(m)``; anything else keeps only the
+    element bounds."""
     s, x, shape = srcs[0], node.srcs[0].shape, node.shape
-    if node.op == "transpose":
-        n = len(x)
-        given = node.attrs["perm"]
-        perm = tuple(range(n))[::-1] if given is None else tuple(p % n for p in given)
-        if perm[-1] == n - 1 and (n < 2 or perm[-2] == n - 2):
-            return s
-        if n >= 2 and perm[-1] == n - 2 and perm[-2] == n - 1:
-            return Interval(s.lo, s.hi, s.nan, s.tiny, l2=s.col_l2, col_l2=s.l2)
-        if perm[-1] == n - 1:
-            return Interval(s.lo, s.hi, s.nan, s.tiny, l1=s.l1, l2=s.l2)
-        return s.elements()
     if x and shape and x[-1] % shape[-1] == 0:
         return Interval(s.lo, s.hi, s.nan, s.tiny, l1=s.l1, l2=s.l2)
     if x and shape and shape[-1] % x[-1] == 0:  # each new row joins m whole old rows

@@ -36,6 +36,7 @@ from .facts import (
     Role,
     SignRule,
     SingleRoute,
+    TiledReduction,
     WeightOperand,
     WidthRule,
     Work,
@@ -147,6 +148,11 @@ class OpDef:
             None for fused ops.
         width_begin: ``(in_shapes, attrs) -> int``, the last-axis begin of a read through
             the crop-DMA, or None for an op that does not use it.
+        overflow_fix: the op's own fix for an fp16 overflow at it, a format string with
+            ``{op}`` (its name) and ``{by}`` (" by <factor> or less", or ""), or None for
+            the generic one.
+        tiled: the :class:`~aneforge.graph.facts.TiledReduction` of a lowering with a
+            compile cliff, or None.
 
     Every fact field defaults to :data:`~aneforge.graph.facts.UNSET`, which
     :func:`register` refuses: the family factories declare each one.
@@ -174,6 +180,8 @@ class OpDef:
     route: Decomposition | SingleRoute = UNSET
     work: Work | None = UNSET
     width_begin: WidthRule | None = UNSET
+    overflow_fix: str | None = UNSET
+    tiled: TiledReduction | None = UNSET
 
     def __post_init__(self):
         object.__setattr__(self, "flags", flag_set(self.name, self.flags))

@@ -91,6 +91,7 @@ from ..devices import get_device
 from ..emulator.interpreter import execute
 from ..errors import OptionError, PrecisionWarning
 from ..graph.arith import Arith
+from ..graph.facts import Flag
 from ..graph.fp16 import round_fp16
 from ..graph.hashing import structural_hash
 from ..graph.registry import get_op
@@ -116,8 +117,6 @@ METRIC = "max|out - ref| / max|ref| per output, worst over the outputs"
 R2M = "reduce_sum_to_matmul"
 # The candidates, in the order they are built and listed.
 CANDIDATES = ("fp16", R2M, "int8", f"{R2M}+int8", "paired", f"{R2M}+paired")
-# Ops whose float32 accumulator value the fp32-faithful reference carries unrounded.
-WIDE_RESULT_OPS = ("sum", "cumsum")
 
 __all__ = [
     "CANDIDATES",
@@ -164,12 +163,9 @@ def wide_gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 FP32_FAITHFUL_ARITH = Arith(wide_gemm, wide="float32")
 
 
-def _carries_wide(op) -> bool:
-    """Whether the reference keeps a float32 result of ``op`` unrounded (an explicit
-    ``cast`` to fp16 rounds)."""
-    if op.name == "cast":
-        return False
-    return "contraction" in op.flags or "movement" in op.flags or op.name in WIDE_RESULT_OPS
+#: The record flags whose float32 result the fp32-faithful reference carries unrounded:
+#: an accumulator's value, and the ops that move it.
+_CARRIES_WIDE = frozenset({Flag.CONTRACTION, Flag.WIDE_RESULT, Flag.MOVEMENT})
 
 
 def fp32_faithful_reference(program: Program, inputs) -> list[np.ndarray]:
@@ -188,7 +184,7 @@ def fp32_faithful_reference(program: Program, inputs) -> list[np.ndarray]:
     def kernel(node, args):
         op = get_op(node.op)
         value = np.asarray(op.emulate(args, node.attrs, FP32_FAITHFUL_ARITH)).reshape(node.shape)
-        if value.dtype == np.float32 and _carries_wide(op):
+        if value.dtype == np.float32 and _CARRIES_WIDE & op.flags:
             return value
         return round_fp16(value)  # every other result is fp16, as on the engine
 

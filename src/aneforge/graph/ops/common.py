@@ -31,6 +31,8 @@ def fused_op(
     min_family=EVERY_FAMILY,
     below_floor=None,
     width_begin=None,
+    overflow_fix=None,
+    tiled=None,
     min_arity=1,
     max_arity=None,
 ) -> OpDef:
@@ -65,6 +67,8 @@ def fused_op(
         route=ONLY_LOWERING,
         work=None,
         width_begin=width_begin,
+        overflow_fix=overflow_fix,
+        tiled=tiled,
     )
 
 

@@ -434,7 +434,15 @@ _UNARY_OPS = (
     ),
     unary_op("sigmoid", _expit, "1 / (1 + exp(-x))", corners, nonnegative, flags=(_SAT,)),
     unary_op("tanh", np.tanh, "hyperbolic tangent", corners, signed, flags=(_ODD, _SAT)),
-    unary_op("exp", np.exp, "e**x", corners, nonnegative),
+    unary_op(
+        "exp",
+        np.exp,
+        "e**x",
+        corners,
+        nonnegative,
+        overflow_fix="subtract the maximum before exp (af.softmax does), or keep its input "
+        "below 11.09",
+    ),
     unary_op("log", np.log, "natural logarithm (nan below 0, -inf at 0)", _ZERO, signed),
     unary_op("sqrt", np.sqrt, "square root", _ZERO, nonnegative),
     unary_op("rsqrt", lambda x: 1.0 / np.sqrt(x), "1 / sqrt(x)", _ZERO, nonnegative),

@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
-from ..facts import Flag, NarrowSum, TermSign, prod, signed
+from ..facts import Flag, NarrowSum, TermSign, TiledReduction, prod, signed
 from ..fp16 import FP16_MAX, round_fp16
 from ..ranges import ETA16, NONNEGATIVE_FP16, U16, Interval, copies_sum, weight_value
 from ..registry import bool_attr, float_attr, int_attr, register
@@ -565,9 +565,32 @@ _NARROW = {
 }
 # Inference batch_norm's statistics are constants: a per-channel affine map, so each
 # output element depends on one input element and the engine folds it into the pass that
-# produced its input (pointwise). l2_norm's values lie in [-1, 1]: 1 - l2_norm(x)
-# cancels where it saturates.
-_EXTRA_FLAGS = {"batch_norm": (Flag.POINTWISE,), "l2_norm": (Flag.SATURATES,)}
+# produced its input (pointwise); the others divide out their input's own scale.
+# l2_norm's values lie in [-1, 1]: 1 - l2_norm(x) cancels where it saturates.
+_EXTRA_FLAGS = {
+    "layer_norm": (Flag.SCALE_INVARIANT,),
+    "rms_norm": (Flag.SCALE_INVARIANT,),
+    "group_norm": (Flag.SCALE_INVARIANT,),
+    "batch_norm": (Flag.POINTWISE,),
+    "l2_norm": (Flag.SCALE_INVARIANT, Flag.SATURATES),
+}
+
+
+def _group_layout(in_shapes, attrs):
+    x = in_shapes[0]
+    return (("C/groups", x[1] // int(attrs["groups"])), ("H*W", prod(x[2:])))
+
+
+# group_norm's tiled lowering reduces over [1, G, C/groups, H*W]; the compiler keeps each
+# axis at most 65536 long, and a longer one falls off the compile cliff.
+_TILED = {
+    "group_norm": TiledReduction(
+        _group_layout,
+        65536,
+        "[1, G, C/groups, H*W]",
+        "tile the spatial extent (or raise groups) so each axis stays <= 65536",
+    )
+}
 
 for _name, (_fn, _attrs, _stats, _doc) in _NORMS.items():
     _emu, _ex = step_kernels(_fn)
@@ -585,6 +608,7 @@ for _name, (_fn, _attrs, _stats, _doc) in _NORMS.items():
             range=_RANGES[_name],
             flags=(Flag.NORM, *_EXTRA_FLAGS.get(_name, ())),
             narrow=_NARROW[_name],
+            tiled=_TILED.get(_name),
             min_arity=1 + _stats,
             max_arity=1 + _stats + sum(k in _attrs for k in ("has_weight", "has_bias")),
         )

@@ -25,7 +25,17 @@ import numpy as np
 
 from ...errors import ShapeError
 from ..arith import as_arith
-from ..facts import SOFTMAX_FIX, Flag, NarrowSum, TermSign, first_source, nonnegative, prod
+from ..facts import (
+    LOGITS_OVERFLOW_FIX,
+    SOFTMAX_FIX,
+    SUM_OVERFLOW_FIX,
+    Flag,
+    NarrowSum,
+    TermSign,
+    first_source,
+    nonnegative,
+    prod,
+)
 from ..fp16 import FP16_MAX, narrow_sum, round_fp16
 from ..ranges import Interval, copies_sum, same, softmax_sum_bounds, sum_nan
 from ..registry import Attr, bool_attr, check_int_tuple, int_attr, register
@@ -175,6 +185,8 @@ _NARROW = {
     "amax": None,
     "amin": None,
 }
+# sum's result is its float32 sum, rounded once; mean's is scaled after it.
+_WIDE = {"sum": (Flag.WIDE_RESULT,)}
 
 for _name, (_emu, _ex, _doc, _range) in _REDUCTIONS.items():
     register(
@@ -188,8 +200,9 @@ for _name, (_emu, _ex, _doc, _range) in _REDUCTIONS.items():
             doc=_doc,
             sign=first_source,
             range=_range,
-            flags=(Flag.REDUCTION, Flag.STATISTIC),
+            flags=(Flag.REDUCTION, Flag.STATISTIC, *_WIDE.get(_name, ())),
             narrow=_NARROW[_name],
+            overflow_fix=SUM_OVERFLOW_FIX if _NARROW[_name] else None,
         )
     )
 
@@ -299,6 +312,7 @@ register(
         range=softmax_range,
         flags=(Flag.SATURATES,),
         narrow=NarrowSum(_axis_terms, TermSign.SAME, SOFTMAX_FIX),  # a sum of exponentials
+        overflow_fix=LOGITS_OVERFLOW_FIX,
     )
 )
 
@@ -355,5 +369,7 @@ register(
         doc="cumulative sum over the last axis (x @ triu_ones: wide accumulator)",
         sign=first_source,
         range=_cumsum_range,
+        flags=(Flag.WIDE_RESULT,),  # the matmul's float32 running sum, rounded once
+        overflow_fix=SUM_OVERFLOW_FIX,
     )
 )

@@ -1,6 +1,7 @@
 """Shape ops: reshape, transpose, concat, slice, squeeze, expand_dims, pixel_shuffle,
 pixel_unshuffle and cast. They move values without arithmetic, so the emulator and the
-float64 executor share one kernel.
+float64 executor share one kernel (cast's fp16 kernel also rounds a wider value, which
+only a policy that carries float32 values hands it).
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ import numpy as np
 
 from ...errors import AttributeValueError, DTypeError, ShapeError
 from ..facts import Flag, all_sources
-from ..ranges import hull_of_sources, rows_kept, same
+from ..fp16 import round_fp16
+from ..ranges import hull_of_sources, rows_kept, same, transposed_rows
 from ..registry import (
     Attr,
     check_int_tuple,
@@ -30,7 +32,7 @@ VIEWS = frozenset({"reshape", "squeeze", "expand_dims"})
 # Views that can keep the input's rows (and so their norms); concat joins sources.
 _RANGE_RULES = {
     "reshape": rows_kept,
-    "transpose": rows_kept,
+    "transpose": transposed_rows,
     "squeeze": rows_kept,
     "expand_dims": rows_kept,
     "cast": rows_kept,
@@ -38,16 +40,22 @@ _RANGE_RULES = {
 }
 
 
-def _movement(name, arity, attrs, shape_rule, fn, doc, width_begin=None):
+def _movement(name, arity, attrs, shape_rule, fn, doc, width_begin=None, to_fp16=False):
     """Register a movement op: one kernel for both executors, non-negative when its
-    sources are (it moves their values)."""
+    sources are (it moves their values). ``to_fp16``: the fp16 kernel rounds its result
+    (cast: a no-op on fp16 values)."""
+
+    def emulate(inputs, attrs, arith=None):
+        out = fn(inputs, **attrs)
+        return round_fp16(out) if to_fp16 else out
+
     register(
         fused_op(
             name,
             arity,
             attrs,
             shape_rule,
-            lambda inputs, attrs, arith=None: fn(inputs, **attrs),
+            emulate,
             lambda inputs, attrs: fn(inputs, **attrs),
             doc=doc,
             sign=all_sources,
@@ -332,7 +340,8 @@ _movement(
     {"dtype": Attr(_check_fp16, "float16")},
     lambda in_shapes, attrs: in_shapes[0],
     lambda inputs, dtype: inputs[0],
-    "cast to float16 (the only dataplane type, so the identity)",
+    "cast to float16 (the only dataplane type, so the identity on it)",
+    to_fp16=True,
 )
 
 # ---- indexing sugar ----------------------------------------------------------------

@@ -69,5 +69,7 @@ for _name, _doc, _rule, _sign in (
             route=ONLY_LOWERING,
             work=None,
             width_begin=None,
+            overflow_fix=None,
+            tiled=None,
         )
     )

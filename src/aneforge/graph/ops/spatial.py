@@ -22,7 +22,7 @@ import numpy as np
 
 from ...errors import ShapeError
 from ..arith import as_arith
-from ..facts import WINDOW_SUM_FIX, NarrowSum, TermSign, first_source, prod
+from ..facts import SUM_OVERFLOW_FIX, WINDOW_SUM_FIX, NarrowSum, TermSign, first_source, prod
 from ..fp16 import FP16_MAX, round_fp16
 from ..ranges import Interval, copies_sum, monotone, same
 from ..registry import bool_attr, choice_attr, ints_attr, register
@@ -166,6 +166,7 @@ register(
         sign=first_source,
         range=_avg_range,
         narrow=NarrowSum(_window_terms, TermSign.OF_INPUT, WINDOW_SUM_FIX),
+        overflow_fix=SUM_OVERFLOW_FIX,
     )
 )
 

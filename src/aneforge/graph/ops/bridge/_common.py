@@ -30,6 +30,7 @@ def bridge_op(
     work=ELEMENTS,
     min_family=EVERY_FAMILY,
     width_begin=None,
+    overflow_fix=None,
 ) -> OpDef:
     """The record of one bridge op (kind ``"bridge"``) with kernels run by ``body``.
 
@@ -69,6 +70,8 @@ def bridge_op(
         route=route,
         work=work,
         width_begin=width_begin,
+        overflow_fix=overflow_fix,
+        tiled=None,
         **extra,
     )
 

@@ -20,7 +20,15 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import ShapeError
-from ...facts import SOFTMAX_FIX, Decomposition, NarrowSum, TermSign, Work, signed
+from ...facts import (
+    LOGITS_OVERFLOW_FIX,
+    SOFTMAX_FIX,
+    Decomposition,
+    NarrowSum,
+    TermSign,
+    Work,
+    signed,
+)
 from ...fp16 import narrow_sum, round_fp16
 from ...ranges import ETA16, INF, U16, Interval, softmax_sum_bounds, weight_value
 from ...registry import bool_attr, float_attr
@@ -221,6 +229,7 @@ _SDPA = bridge_op(
     arities=(3, 4),
     narrow=NarrowSum(_sdpa_terms, TermSign.SAME, SOFTMAX_FIX),  # softmax's sum of exp
     work=Work(_sdpa_work, _sdpa_key_work),
+    overflow_fix=LOGITS_OVERFLOW_FIX,
     route=Decomposition(
         _decompose_sdpa,
         "((q @ k^T) * scale [+ mask]).softmax(-1) @ v",

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ....errors import ShapeError
-from ...facts import Decomposition, signed
+from ...facts import Decomposition, Flag, signed
 from ...fp16 import round_fp16
 from ...ranges import Interval, hull_of_values
 from ...registry import Attr, check_int_tuple, float_attr, int_attr
@@ -129,6 +129,7 @@ _MINMAX_NORM = bridge_op(
     "(x - amin) / (amax - amin + eps) over axes",
     sign=signed,
     range=minmax_range,
+    flags=(Flag.SCALE_INVARIANT,),
     route=Decomposition(
         _decompose_minmax_norm,
         "((x - amin) + 0) / ((amax - amin) + eps)",
