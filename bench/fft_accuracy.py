@@ -10,7 +10,8 @@ output alone (the floor of any fp16 result), and the error of the graph evaluate
 exactly in float64 (``af.reference``: the twiddles' fp16 quantization alone).
 
 The last lines are machine-readable ``RESULT name=value``; the ratios compare the worst
-measured error with spec 004's figures (dense ~2.5e-4, staged 5e-4..8e-4).
+measured error with the figures of Numerics (docs/sources.md): dense ~2.5e-4, staged
+5e-4..8e-4.
 
 Run from the repository root:
 

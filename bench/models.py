@@ -48,7 +48,7 @@ except ImportError:  # not installed: use the checkout this script lives in
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from aneforge.models import light
 
-GOAL_RATIO = 10.0  # issue 5: faithful emulation of ResNet-50 within 10x of ORT float32
+GOAL_RATIO = 10.0  # the goal: faithful emulation of ResNet-50 within 10x of ORT float32
 MINILM_SENTENCES = [
     "The weather is lovely today.",
     "It's so sunny outside!",

@@ -46,7 +46,7 @@ from aneforge.testing.calibration_grid import DISTS, GRAPHS
 ROWS = 32
 SEEDS = (0, 1, 2)
 KS = (64, 256, 512, 1024, 2048, 4096, 16384)
-NOISE = 5e-3  # the tuner's fp16-noise tolerance (spec 004, DEFAULT_ATOL)
+NOISE = 5e-3  # the tuner's fp16-noise tolerance (Numerics, docs/sources.md; DEFAULT_ATOL)
 
 
 def measure(graph, dist, k, target=None):

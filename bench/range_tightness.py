@@ -6,7 +6,7 @@ seen over random in-range inputs (1.0 is exact; a sound bound is never below 1).
 1. **Per op**: every op of the registry on a small random instance (contractions with
    He-normal weights, norms with weights near 1), ``--samples`` (default 100) inputs
    drawn uniformly in the declared range (``[-3, 3]``, or ``[0.1, 3]`` for ops defined on
-   positives). The median per op family, against the issue's targets: <= 10x on the
+   positives). The median per op family, against the project's targets: <= 10x on the
    elementwise and norm families, <= 100x on contractions.
 2. **Whole models**: the light ONNX CNNs with seeded weights (``aneforge.models.light``)
    and all-MiniLM-L6-v2, with realistic input ranges (images in ``[-3, 3]``; MiniLM's

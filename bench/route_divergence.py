@@ -1,9 +1,9 @@
 """How far the 192 and 384 reduction routes land apart, and why aneforge says ``reorder``.
 
-Spec 004 classes a reduction/softmax/norm whose route threshold differs across chips
-(192 on A13/A14, 384 on A15+) as ``ulp1``, "a partial-sum reorder, <= 1 ULP". The GUIDE's
-numerics contract (section 3, rule 4) makes those sums narrow: every partial rounded to
-fp16. This script measures what the two statements give together.
+Numerics (docs/sources.md) classes a reduction/softmax/norm whose route threshold differs
+across chips (192 on A13/A14, 384 on A15+) as ``ulp1``, "a partial-sum reorder, <= 1 ULP".
+The emulator's numerics contract (docs/numerics.md, section 4) makes those sums narrow:
+every partial rounded to fp16. This script measures what the two statements give together.
 
 Part 1 runs each op on the emulator as M1 (route 192) and as A15 (route 384) on rows of
 N(0, 1) data and prints the largest and the median distance between the two outputs in

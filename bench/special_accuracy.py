@@ -1,4 +1,4 @@
-"""Accuracy of ``af.special`` on the emulator against scipy.special / mpmath (issue 7).
+"""Accuracy of ``af.special`` on the emulator against scipy.special / mpmath.
 
 Every domain is swept exhaustively over its fp16 values (the engine's inputs are fp16,
 so this is every input the function can see there); the truth is scipy.special (numpy

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SOURCE = ROOT / "scripts" / "reference" / "costmodel_curves.json"
 OUT = ROOT / "src" / "aneforge" / "data" / "chip_curves.json"
-CLOCK_FRACTION = 0.8  # the operating clock, as a share of fmax (spec 000)
+CLOCK_FRACTION = 0.8  # the operating clock as a share of fmax (docs/sources.md, cost model)
 
 
 def operating_point(freqs: list[float], eff_map: list[list[float]]) -> tuple[float, float]:

@@ -8,13 +8,14 @@ clock) with its utilization ramp (F, q) and the matmul fraction of it, data and 
 DMA bandwidths and the on-chip buffer (by a fitted power of the units), and the
 chip-independent re-stream path of sliced large GEMMs.
 
-Data: ``src/aneforge/data/silicon_calibration.csv`` (the spec's reference timings, on
-which issue 4 sets the accuracy targets) and ``src/aneforge/data/silicon_published.csv``
-(published timings on nine more chips). The objective is a weighted mean of
-|ln(predicted / measured)|: half the weight on the calibration rows, half shared by the
-published (chip, method) groups in proportion to the square root of their size (so no
-one long sweep dominates), plus a quarter of the worst calibration row. It is minimized
-by Nelder-Mead in log space from several physically reasonable starts, then Powell.
+Data: ``src/aneforge/data/silicon_calibration.csv`` (the spec's reference timings, see
+docs/sources.md; the project's accuracy targets are set on them) and
+``src/aneforge/data/silicon_published.csv`` (published timings on nine more chips). The
+objective is a weighted mean of |ln(predicted / measured)|: half the weight on the
+calibration rows, half shared by the published (chip, method) groups in proportion to
+the square root of their size (so no one long sweep dominates), plus a quarter of the
+worst calibration row. It is minimized by Nelder-Mead in log space from several
+physically reasonable starts, then Powell.
 
 Whole models: the ``fit`` rows of ``src/aneforge/data/silicon_models.csv`` (ANEForge's
 own published whole-model latencies) are fitted on with a fifth of the weight; every
@@ -73,7 +74,7 @@ NAMES = [f.name for f in dataclasses.fields(AnalyticParams) if f.name != "swap_r
 # Starting points: M1-class figures (a dispatch floor of 0.1-0.2 ms, a few TFLOP/s,
 # LPDDR-class bandwidths, a sub-linear core scaling, the h14 ramp, 0.5-4 MiB on chip).
 STARTS = [
-    {  # the optimum of the previous data set (issue 11's first whole-model fit)
+    {  # the optimum of the previous data set (the first whole-model fit)
         "overhead_us": 559.6,
         "peak_flops_per_us": 8.839e6,
         "bw_data_bytes_per_us": 2.229e4,

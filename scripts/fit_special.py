@@ -1,4 +1,4 @@
-"""Fit the polynomial coefficients of ``aneforge.numerics.special`` (issue 7, spec 004).
+"""Fit the polynomial coefficients of ``aneforge.numerics.special`` (docs/sources.md, Numerics).
 
 Every coefficient the special functions use comes from here; none is typed in. Each fit
 approximates a function g(v) of the polynomial variable v (the variable the graph feeds

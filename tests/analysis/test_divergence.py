@@ -302,7 +302,7 @@ def test_compile_warns_only_for_the_crop_dma_hazard_on_its_own_target():
 
 
 def test_lrn_is_bounded_so_its_width_offset_slice_is_not_a_false_saturation():
-    # The house review (issue 14) found lrn without a bound rule, so a width-offset slice
+    # lrn once had no bound rule, so a width-offset slice
     # of it was reported as saturating. Its record's range rule now bounds it: with the
     # input bounded by 1, and even unbounded (x / (bias + alpha/size * ss)**beta stays
     # finite), the slice cannot pass the crop-DMA's 4094.

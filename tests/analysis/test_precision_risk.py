@@ -47,7 +47,8 @@ from aneforge.testing.calibration_grid import DISTS
 from aneforge.testing.calibration_grid import GRAPHS as CAL_GRAPHS
 
 U16 = 2.0**-11
-TUNER_NOISE = 5e-3  # spec 004: "the default tolerance is fp16 noise (5e-3)"
+# The numerics source (docs/sources.md): "the default tolerance is fp16 noise (5e-3)".
+TUNER_NOISE = 5e-3
 ROWS = 32
 SEEDS = (0, 1, 2)
 KS = (64, 256, 1024, 4096, 16384)

@@ -349,7 +349,7 @@ def test_chip_numerics_record_is_frozen():
         chip.route = 5
 
 
-# ---- sdpa's native reliability envelope (spec 004) ----------------------------------------
+# ---- sdpa's native reliability envelope (docs/numerics.md, section 9.4) --------------------
 
 
 @pytest.mark.parametrize(

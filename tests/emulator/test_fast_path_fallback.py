@@ -1,5 +1,5 @@
-"""The fast path falls back to the reference interpreter, warning once, when it cannot load
-(issue 13, point 17): numba cannot be imported at all, numba's import fails once and then
+"""The fast path falls back to the reference interpreter, warning once, when it cannot load:
+numba cannot be imported at all, numba's import fails once and then
 works (the interpreter used to die with AttributeError on every run after that), or a
 compiled kernel fails to build. In every case the programs still run, with the reference
 interpreter's bits, and one FastPathWarning per cause (the import, or each kernel) says why.

@@ -1,4 +1,4 @@
-"""af.fft on the emulator against numpy.fft (issue 7, section 1).
+"""af.fft on the emulator against numpy.fft.
 
 Accuracy is relative L2, ``||got - ref|| / ||ref||``, over random normal data already
 representable in fp16 (so the reference sees the same inputs as the engine). Gates are

@@ -1,4 +1,4 @@
-"""aneforge.numerics.linalg on the emulator against NumPy/LAPACK (issue 7, section 2).
+"""aneforge.numerics.linalg on the emulator against NumPy/LAPACK.
 
 Problems have a controlled condition number (``A = U diag(s) V^T``, seeded, s geometric
 from 1 to 1/cond), inputs are fp16 values and the reference is float64 LAPACK on those

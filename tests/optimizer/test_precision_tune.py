@@ -1,4 +1,4 @@
-"""Precision-aware tuning (issue 6 section 3): candidates, reference, choice, validation."""
+"""Precision-aware tuning: candidates, reference, choice, validation."""
 
 from __future__ import annotations
 

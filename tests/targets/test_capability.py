@@ -86,7 +86,7 @@ def test_every_field_names_its_source():
         entry = data["fields"][name]
         assert len(entry["meaning"]) > 10 and len(entry["source"]) > 10, name
         assert capability_module.field_source(name) == entry["source"]
-    assert "spec 004" in data["fields"]["reduction_route"]["source"]
+    assert "Numerics" in data["fields"]["reduction_route"]["source"]
     assert "docs/export.md" in data["fields"]["min_ios"]["source"]
 
 

@@ -25,7 +25,8 @@ from aneforge.targets import (
 DOC = Path(__file__).resolve().parents[2] / "docs" / "targets.md"
 ALL_ARCHS = [a for members in FAMILIES.values() for a in members]
 
-# Spec 000, "Provenance and fallbacks": the anchor and kind of each family.
+# The optimizer and the cost model (docs/sources.md), "Provenance and fallbacks": the anchor
+# and kind of each family.
 EXPECTED = {
     1: ("h13", "extrapolated"),  # no MIL path: the nearest anchor above
     2: ("h13", "silicon-anchored"),

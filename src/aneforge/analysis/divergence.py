@@ -1,9 +1,10 @@
 """``fp16_divergence``: predict, per node, how a graph's fp16 results differ across chips.
 
-Spec 004 ("Cross-chip fp16 divergence"): the accumulator width and the compiler are the
-same on every chip, so fp16 values are chip-independent except where a family selects a
-different codegen route. The emulator reproduces those routes (docs/numerics.md,
-"Per-chip numerics"); this pass predicts them statically, without data, into:
+The numerics source's "Cross-chip fp16 divergence" (docs/sources.md): the accumulator
+width and the compiler are the same on every chip, so fp16 values are chip-independent
+except where a family selects a different codegen route. The emulator reproduces those
+routes (docs/numerics.md, "Per-chip numerics"); this pass predicts them statically,
+without data, into:
 
 - ``saturation``: a width-offset ``slice``/``input_view`` on an A13/A14-tier target
   (families 2, 3) among ``targets`` rides the x16 crop-DMA, which turns sliced values
@@ -16,7 +17,7 @@ different codegen route. The emulator reproduces those routes (docs/numerics.md,
   avg_pool window, sdpa's softmax, cost_volume's channel mean) over more than the
   smaller route threshold of the targets (192 on families 2/3, 384 on 4/5) when the
   targets' thresholds differ: the chips add the same terms in a different order.
-  Spec 004 calls this class ``ulp1`` and quotes "<= 1 ULP"; the emulator's
+  The numerics source calls this class ``ulp1`` and quotes "<= 1 ULP"; the emulator's
   narrow-accumulator model does not support that bound (each route's partial sums round
   differently, so outputs differ by several ULPs, and a sum of signed terms can differ
   by far more relative to its small result; docs/numerics.md gives the measured

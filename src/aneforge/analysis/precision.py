@@ -1,8 +1,9 @@
 """``precision_risk``: a static pattern matcher for the fp16 failure modes of a graph.
 
-Spec 000 ("The precision risk model"): a cheap structural pass, not an error bound. Every
-flagged node gets an order-of-magnitude error proxy in [0, 1]; the graph's ``signal`` is
-the largest proxy among the reliable, default signals (the ``hotspots``). Modes:
+The precision risk model of the optimizer and cost-model source (docs/sources.md): a
+cheap structural pass, not an error bound. Every flagged node gets an order-of-magnitude
+error proxy in [0, 1]; the graph's ``signal`` is the largest proxy among the reliable,
+default signals (the ``hotspots``). Modes:
 
 - ``narrow_sum``: a narrow fp16 reduction over a long run of terms: explicit ``sum``
   and ``mean`` nodes (mean is the same narrow sum divided once by the count, with the

@@ -26,15 +26,15 @@ any graph. None uses the engine's own ``erf``/``sin``/``cos`` node. How
   a wall, not a coefficient problem: the value is +inf, set explicitly, and
   ``return_wall=True`` also returns the 0/1 mask of the elements past it.
 
-Constants. Spec 004 says the engine has no scalar-add op and adds a constant c as
-``exp(0) * c`` (a ones tensor scaled by c). aneforge's ``add`` takes a weight operand
-(a broadcast fp16 constant), so by default (``constants="weight"``) a constant is that
-scalar weight operand, as the rest of aneforge (and the preflight's sin/cos lowering)
-does: fewer ops, and no NaN for an infinite input. ``constants="ones"`` builds the
-spec's form instead: one ``ones = exp(x * 0)`` per call, and every added, subtracted or
-selected constant c becomes ``ones * c``. Both give the same bits on finite inputs
-(``fp16(1 * fp16(c)) == fp16(c)``; the tests check every function); with "ones" an
-infinite or NaN input gives NaN (``inf * 0``). Multiplications by constants and
+Constants. Numerics (``docs/sources.md``) says the engine has no scalar-add op and adds
+a constant c as ``exp(0) * c`` (a ones tensor scaled by c). aneforge's ``add`` takes a
+weight operand (a broadcast fp16 constant), so by default (``constants="weight"``) a
+constant is that scalar weight operand, as the rest of aneforge (and the preflight's
+sin/cos lowering) does: fewer ops, and no NaN for an infinite input. ``constants="ones"``
+builds the spec's form instead: one ``ones = exp(x * 0)`` per call, and every added,
+subtracted or selected constant c becomes ``ones * c``. Both give the same bits on finite
+inputs (``fp16(1 * fp16(c)) == fp16(c)``; the tests check every function); with "ones"
+an infinite or NaN input gives NaN (``inf * 0``). Multiplications by constants and
 comparisons keep scalar weights in both modes.
 
 Example:

@@ -188,7 +188,7 @@ def field_source(name: str) -> str:
     """Where the numbers of :class:`Capability` field ``name`` come from.
 
     Example:
-        >>> "spec 004" in field_source("reduction_route")
+        >>> "Numerics" in field_source("reduction_route")
         True
     """
     return load(FILE)["fields"][name]["source"]

@@ -58,7 +58,7 @@ class TargetRow(NamedTuple):
 
 # The arguments a mapping row rests on (MarketingName.basis).
 EVIDENCE: dict[str, str] = {
-    "spec": "Spec 000, 'Silicon anchors':",
+    "spec": "The optimizer and the cost model (docs/sources.md), 'Silicon anchors':",
     "m-ladder": (
         "Generation ladder: the M(n) engine is generation H(n+12). M1 = h13 and the M5 "
         "(Pro) = h17s are measured (silicon anchors); M2 = h14 by the h14_ane_fw firmware the "

@@ -1,13 +1,13 @@
 """Measurement-free peak projection and the provenance of a per-chip estimate.
 
-Spec 000 anchors the analytic per-chip model to three measured chips, :data:`ANCHORS`
-(``data/anchors.json``: the constants the spec quotes for each, with their sources;
-:mod:`aneforge.cost.spec_baseline` reads the same file): h13 (M1, family 2), h14 (M2 Pro,
-family 3) and h17s (M5 Pro, family 5). :func:`anchor_for` names the anchor an
-architecture is scaled from: its own family's anchor when the family owns one
-("silicon-anchored"), else the nearest anchor below it, else the nearest above
-("extrapolated"): family 4 (A15 tier, no spec anchor) from h14, family 1 (no MIL
-path) from h13.
+The optimizer and the cost model (``docs/sources.md``) anchors the analytic per-chip
+model to three measured chips, :data:`ANCHORS` (``data/anchors.json``: the constants the
+spec quotes for each, with their sources; :mod:`aneforge.cost.spec_baseline` reads the
+same file): h13 (M1, family 2), h14 (M2 Pro, family 3) and h17s (M5 Pro, family 5).
+:func:`anchor_for` names the anchor an architecture is scaled from: its own family's
+anchor when the family owns one ("silicon-anchored"), else the nearest anchor below it,
+else the nearest above ("extrapolated"): family 4 (A15 tier, no spec anchor) from h14,
+family 1 (no MIL path) from h13.
 
 :func:`project_peak` projects the fp16 peak of any architecture from the one measured
 absolute point, the M1's 1.8 TFLOP/s, scaled by cores x effective clock (the engine's
