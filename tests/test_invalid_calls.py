@@ -17,13 +17,16 @@ starts from one valid call per registered op and breaks it in every way a user c
 
 Each case must raise an :class:`aneforge.AneforgeError` subclass (never a ValueError,
 TypeError, IndexError or OverflowError from inside NumPy or Python, never a silent
-acceptance) whose message names the attribute, the op or the input. Then one regression
-test per numbered point of issue 13 handled here (5, 8, 16, 18, 19).
+acceptance) whose message names the attribute (by its key or by the public argument that
+sets it, NumPy's ``axis`` for ``axes``), the op or the input. Then one regression test per
+defect fuzzing found in argument handling, and a table of messages that must name the
+argument as the user wrote it.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 
 import numpy as np
@@ -32,7 +35,7 @@ import pytest
 import aneforge as af
 from aneforge.devices import get_device
 from aneforge.errors import SizeLimitError
-from aneforge.graph.registry import all_ops, get_op
+from aneforge.graph.registry import all_ops, arg_name, get_op
 from aneforge.numerics.paired import Paired
 
 
@@ -224,8 +227,9 @@ def invalid_calls():
             for bad in bad_attribute_values(spec):
                 given = dict(attrs, **{key: bad})
                 valid = isinstance(bad, int) and bad == 10**9 and (name, key) in HUGE_IS_VALID
+                names = (key, arg_name(name, key))  # the key, or the public argument's name
                 cases.append(
-                    (f"{name}({key}={bad!r})", _maker(name, operands, given), (key,), valid)
+                    (f"{name}({key}={bad!r})", _maker(name, operands, given), names, valid)
                 )
         for i in range(len(operands)):
             for bad in BAD_OPERANDS:
@@ -504,7 +508,7 @@ def test_numpy_integer_dims_are_dims_and_become_python_ints():
         (lambda x: af.concat(None), af.ShapeError, "concat: tensors must be a list"),
         (lambda x: af.concat(x), af.ShapeError, "concat: tensors must be a list"),
         (lambda x: af.reshape(x, None), af.AttributeValueError, "reshape: attribute 'shape'"),
-        (lambda x: af.transpose(x, "10"), af.AttributeValueError, "perm"),
+        (lambda x: af.transpose(x, "10"), af.AttributeValueError, "transpose: axes must be"),
         (lambda x: af.input((float("inf"),)), af.ShapeError, "inf"),
         (lambda x: af.linear(af.input(()), np.ones((2, 1))), af.ShapeError, "linear: input"),
         (lambda x: af.cumsum(af.input(())), af.ShapeError, "cumsum"),
@@ -609,9 +613,9 @@ def test_the_precision_report_lists_attributes_fp16_rounds_away():
         (lambda x: af.layer_norm(x, axis=None), "layer_norm: axis=None"),
         (lambda x: af.layer_norm(x, eps=None), "layer_norm: eps=None"),
         (lambda x: af.argmax(x, axis=None), "argmax: axis=None"),
-        (lambda x: af.sum(x, axis={}), "sum: axes must be"),
-        (lambda x: af.sum(x, axis={1: 0}), "sum: axes must be"),
-        (lambda x: af.sum(x, axis={0, 1}), "sum: axes must be"),
+        (lambda x: af.sum(x, axis={}), "sum: axis must be"),
+        (lambda x: af.sum(x, axis={1: 0}), "sum: axis must be"),
+        (lambda x: af.sum(x, axis={0, 1}), "sum: axis must be"),
         (lambda x: af.leaky_relu(x, alpha=True), "leaky_relu: alpha must be a number"),
         (lambda x: af.elu(x, alpha=np.True_), "elu: alpha must be a number"),
         (lambda x: af.cumsum(x, axis=True), "cumsum: axis must be an integer"),
@@ -639,3 +643,80 @@ def test_upsample_past_the_size_limit_is_refused_at_build_time(monkeypatch):
     monkeypatch.setenv("ANEFORGE_MAX_ELEMENTS", "32")
     with pytest.raises(af.AneforgeError, match="upsample output: 64 elements"):
         af.upsample(x, 4)
+
+
+# ---- messages name the argument the user wrote, not the node attribute it sets ----------
+
+_IMG = (1, 4, 4, 4)
+
+
+def _img():
+    return af.input(_IMG)
+
+
+# (call, the public argument's name, the attribute key the message must not name). The
+# key is matched as a word: "pad" is not in "padding=", "kernel" not in "kernel_size".
+_PUBLIC_NAMES = [
+    (lambda: af.sum(x23(), axis=5), "sum: axis 5 is out of range", "axes"),
+    (lambda: af.mean(x23(), axis=(0, 0)), "mean: axis (0, 0)", "axes"),
+    (lambda: af.amax(x23(), axis=(0, -3)), "amax: axis (0, -3)", "axes"),
+    (lambda: af.min(x23(), axis=2.5), "amin: axis must be an integer", "axes"),
+    (lambda: af.max(x23(), axis=(0, 0)), "amax: axis (0, 0)", "axes"),
+    (lambda: x23().sum(axis=-4), "sum: axis -4 is out of range", "axes"),
+    (lambda: x23().mean(axis="0"), "mean: axis must be", "axes"),
+    (lambda: af.squeeze(af.input((1, 3)), axis=1), "squeeze: axis", "axes"),
+    (lambda: af.squeeze(af.input((1, 3)), axis=4), "squeeze: axis 4 is out of range", "axes"),
+    (lambda: af.expand_dims(x23(), axis=(0, 0)), "expand_dims: axis (0, 0)", "axes"),
+    (lambda: af.expand_dims(x23(), axis=2.5), "expand_dims: axis must be", "axes"),
+    (lambda: af.conv(_img(), w(2, 4, 3, 3), padding=-1), "conv: padding must be >= 0", "pad"),
+    (lambda: af.conv(_img(), w(2, 4, 3, 3), padding=(1, 2, 3)), "conv: padding (1, 2, 3)", "pad"),
+    (lambda: af.conv(_img(), w(2, 4, 3, 3), padding=2.5), "conv: padding must be", "pad"),
+    (lambda: af.conv(_img(), w(2, 4, 3, 3), padding=None), "conv: padding=None", "pad"),
+    (lambda: af.conv(_img(), w(2, 4, 9, 9), padding=1), "with padding (1, 1)", "pad"),
+    (lambda: af.conv_transpose(_img(), w(4, 2, 2, 2), padding=-1), "transpose: padding", "pad"),
+    (lambda: af.conv_transpose(_img(), w(4, 2, 2, 2), padding=5), "padding=(5, 5)", "pad"),
+    (lambda: af.max_pool(_img(), kernel_size=0), "max_pool: kernel_size must be >= 1", "kernel"),
+    (lambda: af.max_pool(_img(), kernel_size=(2, 2, 2)), "max_pool: kernel_size (2, 2,", "kernel"),
+    (lambda: af.max_pool(_img(), kernel_size=8), "max_pool: kernel_size (8, 8)", "kernel"),
+    (lambda: af.max_pool(_img(), 2, padding=2), "max_pool: padding (2, 2)", "pad"),
+    (lambda: af.avg_pool(_img(), 2, padding=-1), "avg_pool: padding must be >= 0", "pad"),
+    (lambda: af.avg_pool(_img(), 2, padding=(1, 1, 1)), "avg_pool: padding (1, 1, 1)", "pad"),
+    (lambda: af.avg_pool(_img(), 2, padding=2), "smaller than the kernel_size", "kernel"),
+    (lambda: af.upsample(_img(), scale_factor=0), "upsample: scale_factor must be >= 1", "scale"),
+    (lambda: af.upsample(_img(), scale_factor=(2, 2, 2)), "upsample: scale_factor (2,", "scale"),
+    (lambda: af.upsample(_img(), scale_factor=2.5), "upsample: scale_factor must be", "scale"),
+    (lambda: af.group_norm(_img(), num_groups=0), "group_norm: num_groups must be >= 1", "groups"),
+    (lambda: af.group_norm(_img(), num_groups=3), "group_norm: num_groups=3 does not", "groups"),
+    (lambda: af.group_norm(_img(), num_groups=2.5), "group_norm: num_groups must be", "groups"),
+    (lambda: af.pixel_shuffle(_img(), 0), "pixel_shuffle: upscale_factor must be >= 1", "factor"),
+    (lambda: af.pixel_shuffle(_img(), 3), "upscale_factor**2 = 9", "factor"),
+    (lambda: af.pixel_unshuffle(_img(), 0), "pixel_unshuffle: downscale_factor must be", "factor"),
+    (lambda: af.pixel_unshuffle(_img(), 3), "multiples of downscale_factor=3", "factor"),
+    (lambda: af.transpose(x23(), (0, -1)), "transpose: axes must be >= 0", "perm"),
+    (lambda: af.transpose(x23(), (0, 2.5)), "transpose: axes must be an integer", "perm"),
+    (lambda: x23().transpose(0, 0), "transpose: axes (0, 0) are not a permutation", "perm"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "build, fragment, key",
+    _PUBLIC_NAMES,
+    ids=[f"{i}-{p[1][:24]}" for i, p in enumerate(_PUBLIC_NAMES)],
+)
+def test_a_bad_argument_is_named_as_the_user_wrote_it(build, fragment, key):
+    with pytest.raises(af.AneforgeError) as info:
+        build()
+    text = str(info.value)
+    assert fragment in text, text
+    assert not re.search(rf"\b{key}\b", text), text
+
+
+def test_make_names_the_public_argument_too_as_the_onnx_importer_builds_with_it():
+    """make() takes the attribute keys, and its value messages give the NumPy/PyTorch
+    name (the concept); unknown and missing attributes are named by their keys."""
+    with pytest.raises(af.AttributeValueError, match="conv: padding must be >= 0"):
+        af.make("conv", _img(), w(2, 4, 3, 3), pad=-1)
+    with pytest.raises(af.AttributeValueError, match=r"max_pool: attribute 'kernel' is required"):
+        af.make("max_pool", _img())
+    with pytest.raises(af.AttributeValueError, match=r"unknown attribute\(s\) \['padding'\]"):
+        af.make("conv", _img(), w(2, 4, 3, 3), padding=1)

@@ -85,6 +85,9 @@ class Attr:
     (:data:`FP16_USES`) and ``underflow`` what happens when a held value becomes 0 in
     fp16 (the consequence the build-time warning names). ``kind`` names the value's
     type for tools and tests (:data:`ATTR_KINDS`); the check alone decides what passes.
+    ``label`` is the name messages give the value: the public function's argument that
+    sets it (NumPy's ``axis`` for the reductions' ``axes``, PyTorch's ``padding`` for
+    ``pad``...), which the check names too; empty means the key (see :func:`arg_name`).
     """
 
     check: Callable[[Any, str], Any]
@@ -93,6 +96,7 @@ class Attr:
     fp16: str = "held"
     underflow: str = ""
     kind: str = "other"
+    label: str = ""
 
 
 class HeldRounding(NamedTuple):
@@ -246,22 +250,21 @@ class OpDef:
                     raise AttributeValueError(f"{self.name}: attribute '{key}' is required")
                 out[key] = spec.default
                 continue
-            value = given[key]
+            value, label = given[key], spec.label or key
             if value is None:
                 if spec.required:
-                    raise AttributeValueError(
-                        f"{self.name}: attribute '{key}' is required, got None"
-                    )
+                    named = f"attribute '{key}'" if label == key else label
+                    raise AttributeValueError(f"{self.name}: {named} is required, got None")
                 if spec.default is not None:
                     raise AttributeValueError(
-                        f"{self.name}: {key}=None has no meaning here; leave it out for the "
-                        f"default {key}={spec.default!r} or give a value"
+                        f"{self.name}: {label}=None has no meaning here; leave it out for the "
+                        f"default {label}={spec.default!r} or give a value"
                     )
                 out[key] = None
                 continue
-            out[key] = _plain(self.name, key, spec.check(value, self.name))
+            out[key] = _plain(self.name, label, spec.check(value, self.name))
             if isinstance(out[key], float) and spec.fp16 != "bound":
-                check_fp16_range(out[key], self.name, key)
+                check_fp16_range(out[key], self.name, label)
         losses = [r for r in held_roundings(self, out) if out[r.name] != self.attrs[r.name].default]
         if losses:
             warnings.warn(
@@ -270,7 +273,7 @@ class OpDef:
         return out
 
 
-def _plain(op: str, key: str, value):
+def _plain(op: str, label: str, value):
     """``value`` if it is a plain constant (what node attributes hold: hashable, compared
     by value); a check letting anything else through is caught here."""
     plain = (type(None), bool, int, float, str)
@@ -278,7 +281,7 @@ def _plain(op: str, key: str, value):
         isinstance(value, tuple) and all(isinstance(v, plain) for v in value)
     ):
         return value
-    raise AttributeValueError(f"{op}: {key} must be a plain value, got {describe(value)}")
+    raise AttributeValueError(f"{op}: {label} must be a plain value, got {describe(value)}")
 
 
 def check_fp16_range(value: float, op: str, name: str) -> float:
@@ -324,25 +327,25 @@ def held_roundings(op: OpDef, attrs: dict[str, Any]) -> list[HeldRounding]:
         value = attrs.get(key)
         if spec.fp16 != "held" or not isinstance(value, float) or value == 0.0:
             continue
-        held = _fp16(value)
+        held, label = _fp16(value), spec.label or key
         if held == 0.0:
             why = spec.underflow or f"the op computes with 0 in place of {value!r}"
             detail = (
-                f"{op.name}: {key}={value!r} is 0 in fp16 (the engine holds it as an fp16 "
+                f"{op.name}: {label}={value!r} is 0 in fp16 (the engine holds it as an fp16 "
                 f"constant): {why}, where float64 does not"
             )
             fix = (
-                f"give |{key}| >= 2**-24 (5.96e-08, the smallest fp16 subnormal, held exactly) "
-                f"for a non-zero {key}"
+                f"give |{label}| >= 2**-24 (5.96e-08, the smallest fp16 subnormal, held exactly) "
+                f"for a non-zero {label}"
             )
         elif abs(held) < FP16_MIN_NORMAL and abs(held - value) > SUBNORMAL_REPORT * abs(value):
             off = (held - value) / value
             detail = (
-                f"{op.name}: {key}={value!r} is the fp16 subnormal {held:.6g} ({off:+.1%}; "
+                f"{op.name}: {label}={value!r} is the fp16 subnormal {held:.6g} ({off:+.1%}; "
                 "the engine holds it as an fp16 constant, and subnormals keep fewer bits)"
             )
             fix = (
-                f"give a normal value (|{key}| >= 6.1e-05) or one fp16 holds exactly (a "
+                f"give a normal value (|{label}| >= 6.1e-05) or one fp16 holds exactly (a "
                 "multiple of 2**-24) to compute with the value given"
             )
         else:
@@ -425,6 +428,21 @@ def temporary_op(op: OpDef):
             _REGISTRY.pop(op.name, None)
         else:
             _REGISTRY[op.name] = before
+
+
+def arg_name(op: str, key: str) -> str:
+    """The name messages give attribute ``key`` of op ``op``: its :class:`Attr`'s
+    ``label``, the argument of the public function that sets it (NumPy's or PyTorch's
+    name), else the key itself (also for an op or key the registry does not hold). Shape
+    rules read it when they word an error, so each name is written once, in the schema.
+
+    Example:
+        >>> arg_name("conv", "pad"), arg_name("conv", "groups"), arg_name("sum", "axes")
+        ('padding', 'groups', 'axis')
+    """
+    op_def = _REGISTRY.get(op)
+    spec = op_def.attrs.get(key) if op_def is not None else None
+    return (spec.label if spec is not None else "") or key
 
 
 def get_op(name: str) -> OpDef:
@@ -535,8 +553,10 @@ def check_int_tuple(value, op: str, lo: int | None = None, name: str = "value"):
 
 
 def int_attr(default=None, lo=None, name="value", required=False) -> Attr:
-    """An integer attribute with a lower bound."""
-    return Attr(lambda v, op: check_int(v, op, lo, name), default, required, kind="int")
+    """An integer attribute with a lower bound. ``name`` (here and in the other factories)
+    is the ``label`` messages give it: the public argument's name."""
+    check = lambda v, op: check_int(v, op, lo, name)  # noqa: E731
+    return Attr(check, default, required, kind="int", label=name)
 
 
 def float_attr(default=None, name="value", required=False, fp16="held", underflow="") -> Attr:
@@ -544,12 +564,13 @@ def float_attr(default=None, name="value", required=False, fp16="held", underflo
     if fp16 not in FP16_USES:
         raise RuntimeError(f"float attribute '{name}': fp16 must be one of {FP16_USES}")
     check = lambda v, op: check_float(v, op, name)  # noqa: E731
-    return Attr(check, default, required, fp16, underflow, kind="float")
+    return Attr(check, default, required, fp16, underflow, kind="float", label=name)
 
 
 def ints_attr(default=None, lo=None, name="value", required=False) -> Attr:
     """An int-or-tuple-of-ints attribute."""
-    return Attr(lambda v, op: check_int_tuple(v, op, lo, name), default, required, kind="ints")
+    check = lambda v, op: check_int_tuple(v, op, lo, name)  # noqa: E731
+    return Attr(check, default, required, kind="ints", label=name)
 
 
 def choice_attr(choices: tuple, default=None, name="value") -> Attr:
@@ -562,7 +583,7 @@ def choice_attr(choices: tuple, default=None, name="value") -> Attr:
             )
         return str(value)
 
-    return Attr(check, default, kind="choice")
+    return Attr(check, default, kind="choice", label=name)
 
 
 def bool_attr(default=False, name="value") -> Attr:
@@ -573,4 +594,4 @@ def bool_attr(default=False, name="value") -> Attr:
             raise AttributeValueError(f"{op}: {name} must be True or False, got {describe(value)}")
         return bool(value)
 
-    return Attr(check, default, kind="bool")
+    return Attr(check, default, kind="bool", label=name)

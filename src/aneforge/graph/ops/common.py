@@ -9,7 +9,7 @@ from ...errors import AttributeValueError, ShapeError
 from ..arith import as_arith
 from ..facts import EVERY_FAMILY, ONLY_LOWERING, Role
 from ..fp16 import exact, round_fp16
-from ..registry import OpDef, get_op, no_flops
+from ..registry import OpDef, arg_name, get_op, no_flops
 
 
 def fused_op(
@@ -90,18 +90,29 @@ def norm_axis(op: str, axis: int, ndim: int) -> int:
     return axis % ndim
 
 
-def norm_axes(op: str, axes, ndim: int) -> tuple[int, ...]:
-    """Normalize ``axes`` (None = all) into a sorted tuple; duplicates raise."""
+def norm_axes(op: str, axes, ndim: int, key: str = "axes") -> tuple[int, ...]:
+    """Normalize ``axes`` (None = all) into a sorted tuple; duplicates raise. Messages
+    name op ``op``'s attribute ``key`` as its public argument (:func:`arg_name`).
+
+    Example:
+        >>> norm_axes("sum", (-1, 0), 3)
+        (0, 2)
+        >>> norm_axes("sum", (3,), 2)
+        Traceback (most recent call last):
+        ...
+        aneforge.errors.AttributeValueError: sum: axis 3 is out of range for rank 2
+    """
     if axes is None:
         return tuple(range(ndim))
+    axes = tuple(axes)
     bad = [a for a in axes if not -ndim <= a < ndim]
     if bad:
-        raise AttributeValueError(
-            f"{op}: axes {tuple(axes)}: axis {bad[0]} is out of range for rank {ndim}"
-        )
+        given = f"{arg_name(op, key)} {axes[0] if len(axes) == 1 else axes}"
+        what = "" if len(axes) == 1 else f": axis {bad[0]}"
+        raise AttributeValueError(f"{op}: {given}{what} is out of range for rank {ndim}")
     out = [norm_axis(op, a, ndim) for a in axes]
     if len(set(out)) != len(out):
-        raise AttributeValueError(f"{op}: axes {tuple(axes)} repeat an axis")
+        raise AttributeValueError(f"{op}: {arg_name(op, key)} {axes} repeats an axis")
     return tuple(sorted(out))
 
 
@@ -138,19 +149,31 @@ def same_shape(in_shapes, attrs):
     return in_shapes[0]
 
 
-def spatial_tuple(op: str, value, nd: int, name: str) -> tuple[int, ...]:
-    """Broadcast an int-or-tuple attribute to ``nd`` spatial dims."""
+def spatial_tuple(op: str, value, nd: int, key: str) -> tuple[int, ...]:
+    """Broadcast op ``op``'s int-or-tuple attribute ``key`` to ``nd`` spatial dims; a
+    message names it as the public argument (:func:`arg_name`)."""
     if len(value) == 1:
         return value * nd
     if len(value) != nd:
         raise AttributeValueError(
-            f"{op}: {name} {value} needs 1 or {nd} values for {nd} spatial dim(s)"
+            f"{op}: {arg_name(op, key)} {value} needs 1 or {nd} values for {nd} spatial dim(s)"
         )
     return value
 
 
-def pads(op: str, value, nd: int) -> tuple[tuple[int, int], ...]:
-    """Padding as ((before, after), ...) per spatial dim from 1, nd or 2*nd ints."""
+def pads(op: str, value, nd: int, key: str = "pad") -> tuple[tuple[int, int], ...]:
+    """Padding as ((before, after), ...) per spatial dim from 1, nd or 2*nd ints: op
+    ``op``'s attribute ``key``, named in a message as its public argument.
+
+    Example:
+        >>> pads("conv", (1, 2), 2)
+        ((1, 1), (2, 2))
+        >>> try:
+        ...     pads("conv", (1, 2, 3), 2)
+        ... except AttributeValueError as err:
+        ...     print(err)
+        conv: padding (1, 2, 3) needs 1, 2 or 4 values (begins then ends)
+    """
     if len(value) == 1:
         return ((value[0], value[0]),) * nd
     if len(value) == nd:
@@ -158,7 +181,7 @@ def pads(op: str, value, nd: int) -> tuple[tuple[int, int], ...]:
     if len(value) == 2 * nd:
         return tuple((value[i], value[i + nd]) for i in range(nd))
     raise AttributeValueError(
-        f"{op}: pad {value} needs 1, {nd} or {2 * nd} values (begins then ends)"
+        f"{op}: {arg_name(op, key)} {value} needs 1, {nd} or {2 * nd} values (begins then ends)"
     )
 
 

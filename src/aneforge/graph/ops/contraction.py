@@ -33,7 +33,7 @@ from ...errors import AttributeValueError, ShapeError
 from ..arith import as_arith
 from ..facts import Flag, Role, WeightOperand, signed
 from ..ranges import ETA16, INF, U16, Interval, weight_value
-from ..registry import int_attr, ints_attr, register
+from ..registry import arg_name, int_attr, ints_attr, register
 from .common import broadcast_shape, fused_op, pads, spatial_tuple
 from .contraction_bounds import (
     bias_bounds,
@@ -244,7 +244,7 @@ register(
 
 _CONV_ATTRS = {
     "stride": ints_attr((1,), 1, "stride"),
-    "pad": ints_attr((0,), None, "pad"),
+    "pad": ints_attr((0,), None, "padding"),  # labelled as af.conv's argument (PyTorch's)
     "dilation": ints_attr((1,), 1, "dilation"),
     "groups": int_attr(1, 1, "groups"),
 }
@@ -263,7 +263,7 @@ def _conv_geometry(op, in_shapes, attrs, transpose=False):
     dil = spatial_tuple(op, attrs["dilation"], nd, "dilation")
     pad = pads(op, attrs["pad"], nd)
     if any(p < 0 for pp in pad for p in pp):
-        raise AttributeValueError(f"{op}: pad must be >= 0, got {attrs['pad']}")
+        raise AttributeValueError(f"{op}: {arg_name(op, 'pad')} must be >= 0, got {attrs['pad']}")
     cin = x[1]
     if transpose:
         cin_w, cout = w[0], w[1] * g
@@ -284,7 +284,8 @@ def _conv_out(op, size, k, s, p, d):
     out = (size + p[0] + p[1] - d * (k - 1) - 1) // s + 1
     if out < 1:
         raise ShapeError(
-            f"{op}: kernel {k} (dilation {d}) does not fit input size {size} with pad {p}"
+            f"{op}: kernel {k} (dilation {d}) does not fit input size {size} with "
+            f"{arg_name(op, 'pad')} {p}"
         )
     return out
 
@@ -457,10 +458,12 @@ def _convt_shape(in_shapes, attrs):
         size = (x[2 + i] - 1) * stride[i] - pad[i][0] - pad[i][1]
         size += dil[i] * (kern[i] - 1) + opad[i] + 1
         if size < 1:
+            padding = arg_name("conv_transpose", "pad")
             raise ShapeError(
                 f"conv_transpose: output size {size} < 1 along spatial dim {i} (input "
-                f"{x[2 + i]}, stride={stride[i]}, pad={pad[i]}, dilation={dil[i]}, kernel "
-                f"{kern[i]}, output_padding={opad[i]}): lower the pad or raise the stride"
+                f"{x[2 + i]}, stride={stride[i]}, {padding}={pad[i]}, dilation={dil[i]}, "
+                f"kernel {kern[i]}, output_padding={opad[i]}): lower the {padding} or raise "
+                "the stride"
             )
         spatial.append(size)
     return (x[0], cout) + tuple(spatial)

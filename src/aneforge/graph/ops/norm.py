@@ -33,7 +33,7 @@ from ...errors import ShapeError
 from ..facts import Flag, NarrowSum, TermSign, TiledReduction, prod, signed
 from ..fp16 import FP16_MAX, round_fp16
 from ..ranges import ETA16, NONNEGATIVE_FP16, U16, Interval, copies_sum, weight_value
-from ..registry import bool_attr, float_attr, int_attr, register
+from ..registry import arg_name, bool_attr, float_attr, int_attr, register
 from .common import fused_op, norm_axis, step_kernels
 
 
@@ -134,7 +134,8 @@ def _params_shape(name, n_stats=0):
             want = (x[1],)
             if name == "group_norm" and x[1] % attrs["groups"]:
                 raise ShapeError(
-                    f"group_norm: groups={attrs['groups']} does not divide {x[1]} channels"
+                    f"group_norm: {arg_name(name, 'groups')}={attrs['groups']} does not divide "
+                    f"{x[1]} channels"
                 )
         else:
             axis = norm_axis(name, attrs["axis"], len(x))
@@ -506,7 +507,7 @@ _NORMS = {
         _group_norm,
         dict(
             _AFFINE,
-            groups=int_attr(None, 1, "groups", True),
+            groups=int_attr(None, 1, "num_groups", True),  # af.group_norm's (PyTorch's) name
             eps=_eps(1e-5, "a group of zero variance then gives NaN (0 * rsqrt(0))"),
         ),
         0,
@@ -588,7 +589,7 @@ _TILED = {
         _group_layout,
         65536,
         "[1, G, C/groups, H*W]",
-        "tile the spatial extent (or raise groups) so each axis stays <= 65536",
+        "tile the spatial extent (or raise num_groups) so each axis stays <= 65536",
     )
 }
 

@@ -38,15 +38,13 @@ from ..facts import (
 )
 from ..fp16 import FP16_MAX, narrow_sum, round_fp16
 from ..ranges import Interval, copies_sum, same, softmax_sum_bounds, sum_nan
-from ..registry import Attr, bool_attr, check_int_tuple, int_attr, register
+from ..registry import bool_attr, int_attr, ints_attr, register
 from .common import fused_op, norm_axes, norm_axis, same_shape
 
 
 def _axes_attr():
-    def check(value, op):
-        return check_int_tuple(value, op, None, "axes")
-
-    return Attr(check, None, kind="ints")
+    """The reductions' ``axes``, labelled as NumPy's (and af.sum's) ``axis``."""
+    return ints_attr(None, None, "axis")
 
 
 def _reduce_shape(name):

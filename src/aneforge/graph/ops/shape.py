@@ -14,7 +14,7 @@ from ..fp16 import round_fp16
 from ..ranges import hull_of_sources, rows_kept, same, transposed_rows
 from ..registry import (
     Attr,
-    check_int_tuple,
+    arg_name,
     describe,
     int_attr,
     ints_attr,
@@ -112,7 +112,8 @@ def _transpose_shape(in_shapes, attrs):
     if sorted(perm) != list(range(len(src))):
         swap = " (PyTorch's swap of two axes is a full permutation here)" if len(perm) == 2 else ""
         raise AttributeValueError(
-            f"transpose: axes {perm} are not a permutation of the {len(src)} axes of {src}; "
+            f"transpose: {arg_name('transpose', 'perm')} {perm} are not a permutation of the "
+            f"{len(src)} axes of {src}; "
             f"name every axis once, e.g. {tuple(range(len(src)))[::-1]}{swap}"
         )
     return tuple(src[p] for p in perm)
@@ -121,7 +122,7 @@ def _transpose_shape(in_shapes, attrs):
 _movement(
     "transpose",
     1,
-    {"perm": ints_attr(None, 0, "perm")},
+    {"perm": ints_attr(None, 0, "axes")},  # labelled as NumPy's (and af.transpose's) name
     _transpose_shape,
     lambda inputs, perm: np.transpose(inputs[0], perm),
     "permute axes (reverse them when perm is None)",
@@ -220,7 +221,7 @@ def _squeeze_shape(in_shapes, attrs):
     axes = norm_axes("squeeze", axes, len(src))
     bad = [a for a in axes if src[a] != 1]
     if bad:
-        raise ShapeError(f"squeeze: axes {bad} of {src} are not of size 1")
+        raise ShapeError(f"squeeze: {arg_name('squeeze', 'axes')} {bad} of {src} must have size 1")
     return tuple(d for i, d in enumerate(src) if i not in axes)
 
 
@@ -232,7 +233,7 @@ def _squeeze(inputs, axes):
 _movement(
     "squeeze",
     1,
-    {"axes": Attr(lambda v, op: check_int_tuple(v, op, None, "axes"), None, kind="ints")},
+    {"axes": ints_attr(None, None, "axis")},  # labelled as NumPy's (and af.squeeze's) name
     _squeeze_shape,
     _squeeze,
     "drop size-1 axes (all of them when axes is None)",
@@ -255,7 +256,7 @@ def _expand(inputs, axes):
 _movement(
     "expand_dims",
     1,
-    {"axes": ints_attr(None, None, "axes", required=True)},
+    {"axes": ints_attr(None, None, "axis", required=True)},
     _expand_shape,
     _expand,
     "insert size-1 axes at the given output positions",
@@ -272,12 +273,15 @@ def _shuffle_shape(name, down):
         n, c, h, w = x
         if down:
             if h % r or w % r:
-                raise ShapeError(f"{name}: H and W of {x} must be multiples of factor={r}")
+                raise ShapeError(
+                    f"{name}: H and W of {x} must be multiples of {arg_name(name, 'factor')}={r}"
+                )
             return (n, c * r * r, h // r, w // r)
         if c % (r * r):
+            factor = arg_name(name, "factor")
             raise ShapeError(
-                f"{name}: channels {c} of {x} must be a multiple of factor**2 = {r * r} "
-                f"(factor={r})"
+                f"{name}: channels {c} of {x} must be a multiple of {factor}**2 = {r * r} "
+                f"({factor}={r})"
             )
         return (n, c // (r * r), h * r, w * r)
 
@@ -301,7 +305,7 @@ def _pixel_unshuffle(inputs, factor):
 _movement(
     "pixel_shuffle",
     1,
-    {"factor": int_attr(None, 1, "factor", required=True)},
+    {"factor": int_attr(None, 1, "upscale_factor", required=True)},  # PyTorch's names
     _shuffle_shape("pixel_shuffle", False),
     _pixel_shuffle,
     "[N, C*r*r, H, W] -> [N, C, H*r, W*r] (depth to space, PyTorch order)",
@@ -309,7 +313,7 @@ _movement(
 _movement(
     "pixel_unshuffle",
     1,
-    {"factor": int_attr(None, 1, "factor", required=True)},
+    {"factor": int_attr(None, 1, "downscale_factor", required=True)},
     _shuffle_shape("pixel_unshuffle", True),
     _pixel_unshuffle,
     "[N, C, H*r, W*r] -> [N, C*r*r, H, W] (space to depth, PyTorch order)",

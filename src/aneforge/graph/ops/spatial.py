@@ -25,15 +25,16 @@ from ..arith import as_arith
 from ..facts import SUM_OVERFLOW_FIX, WINDOW_SUM_FIX, NarrowSum, TermSign, first_source, prod
 from ..fp16 import FP16_MAX, round_fp16
 from ..ranges import Interval, copies_sum, monotone, same
-from ..registry import bool_attr, choice_attr, ints_attr, register
+from ..registry import arg_name, bool_attr, choice_attr, ints_attr, register
 from .common import fused_op, pads, spatial_tuple
 
 INF = math.inf
 
+# Labels: PyTorch's argument names, which af.max_pool / af.avg_pool take (see arg_name).
 _POOL_ATTRS = {
-    "kernel": ints_attr(None, 1, "kernel", required=True),
+    "kernel": ints_attr(None, 1, "kernel_size", required=True),
     "stride": ints_attr(None, 1, "stride"),
-    "pad": ints_attr((0,), 0, "pad"),
+    "pad": ints_attr((0,), 0, "padding"),
 }
 
 
@@ -47,10 +48,16 @@ def _pool_geometry(op, shape, attrs):
     out = []
     for i in range(nd):
         if max(pad[i]) >= kern[i]:
-            raise ShapeError(f"{op}: pad {pad[i]} must be smaller than the kernel {kern[i]}")
+            raise ShapeError(
+                f"{op}: {arg_name(op, 'pad')} {pad[i]} must be smaller than the "
+                f"{arg_name(op, 'kernel')} {kern[i]}"
+            )
         size = (shape[2 + i] + sum(pad[i]) - kern[i]) // stride[i] + 1
         if size < 1:
-            raise ShapeError(f"{op}: kernel {kern} does not fit input {shape} with pad {pad}")
+            raise ShapeError(
+                f"{op}: {arg_name(op, 'kernel')} {kern} does not fit input {shape} with "
+                f"{arg_name(op, 'pad')} {pad}"
+            )
         out.append(size)
     return nd, kern, stride, pad, tuple(out)
 
@@ -242,7 +249,7 @@ register(
         "upsample",
         1,
         {
-            "scale": ints_attr(None, 1, "scale", required=True),
+            "scale": ints_attr(None, 1, "scale_factor", required=True),  # PyTorch's name
             "mode": choice_attr(("nearest", "bilinear"), "nearest", "mode"),
             "align_corners": bool_attr(False, "align_corners"),
         },
