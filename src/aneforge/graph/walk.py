@@ -57,11 +57,12 @@ def as_outputs(outputs, caller: str = "compile") -> tuple[Tensor, ...]:
         >>> import aneforge as af
         >>> len(as_outputs(af.input((2,))))
         1
-        >>> as_outputs([])
-        Traceback (most recent call last):
-        ...
-        aneforge.errors.OptionError: compile: outputs must be a Tensor or a non-empty list of Tensors, got list
-    """  # noqa: E501  (a doctest's expected line cannot wrap)
+        >>> try:
+        ...     as_outputs([])
+        ... except af.OptionError as err:
+        ...     print(err)
+        compile: outputs must be a Tensor or a non-empty list of Tensors, got list
+    """
     if isinstance(outputs, Tensor):
         outs: tuple = (outputs,)
     elif isinstance(outputs, (list, tuple)):
