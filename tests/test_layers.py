@@ -34,6 +34,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "emulator",
         "devices",
         "compiler",
+        "kernel",
         "cost",
         "analysis numerics reference metrics",
         "optimizer",

@@ -32,6 +32,9 @@ of a table somewhere else.
 - ``OpDef.overflow_fix``: the op's own remedy for an fp16 overflow at it (a format string
   with ``{op}`` and ``{by}``), or None for the generic "scale the inputs down". Read by
   :func:`aneforge.range_analysis`.
+- :class:`LoopNest` (``OpDef.nest``): how the op lowers to a loop nest (an elementwise
+  map, a reduction, a contraction, an affine index map), or None: it lowers as opaque
+  code. Read by :func:`aneforge.kernel.lower`.
 - :class:`TiledReduction` (``OpDef.tiled``): a lowering that tiles the op's reduction
   into a fixed layout whose axes the compiler limits (``group_norm``'s compile cliff).
   Read by :func:`aneforge.precision_risk`.
@@ -64,6 +67,9 @@ SignRule = Callable[[Any, Sequence[bool]], bool]
 TermsRule = Callable[[Shapes, dict[str, Any]], int]
 #: ``rule(in_shapes, attrs) -> int``: the begin on the last axis of a crop-DMA read.
 WidthRule = Callable[[Shapes, dict[str, Any]], int]
+#: ``rule(out_index, in_shapes, out_shape, attrs) -> source index or None``: a movement's
+#: index map; entries are integer-affine in the output's (``int``-like) index entries.
+IndexRule = Callable[[Sequence[Any], Shapes, tuple[int, ...], dict[str, Any]], Any]
 #: ``rule(in_shapes, attrs) -> ((label, length), ...)``: the lengths of a tiled layout.
 AxesRule = Callable[[Shapes, dict[str, Any]], tuple[tuple[str, int], ...]]
 
@@ -223,6 +229,59 @@ SUM_OVERFLOW_FIX = "sum with the wide accumulator (af.matmul against ones), or s
 LOGITS_OVERFLOW_FIX = "scale {op}'s logits down{by} so its steps stay finite"
 
 
+#: The kinds of :class:`LoopNest`.
+NEST_KINDS = ("elementwise", "reduce", "window", "softmax", "contract", "index")
+
+
+@dataclass(frozen=True)
+class LoopNest:
+    """How an op lowers to a loop nest over its output (:func:`aneforge.kernel.lower`).
+
+    - ``"elementwise"``: each output cell is the record's fp16 kernel applied to one cell
+      of each (broadcast) source; with ``per_channel``, the sources after the first are
+      per-channel vectors read at the output's axis-1 index (inference batch_norm).
+    - ``"reduce"``: the reduced axes' cells combined in C order by ``combine`` from
+      ``init`` in an fp16 local (``"add"``: the narrow sum from +0; ``"max"``,
+      ``"min"``), then ``finish`` (``"mean"``: divided by the count, rounded once).
+    - ``"window"``: a pool: each output cell combines its window's cells (kh outer, kw
+      inner) like ``"reduce"``, cells outside the input reading ``init`` (``-inf`` for
+      max, +0 for the sum); ``finish="mean"`` divides by the window's size, so a
+      padded average that does not count its padding lowers as opaque.
+    - ``"softmax"``: along ``attrs["axis"]``, the row's max, the narrow sum of
+      ``exp(x - max)``, then each ``exp(x - max)`` divided by it, every step rounded to
+      fp16.
+    - ``"contract"``: fp16 products summed in a float32 local from +0 in ascending
+      order of the contracted index, rounded once, then a bias added in fp16; ``form``
+      says which: ``"matmul"`` (``a @ b``, NumPy batch broadcasting), ``"linear"``
+      (``x @ w.T + b``) or ``"conv"`` (an NCHW / NCW correlation over ``(c, kh, kw)``,
+      zeros outside the input, with stride, padding, dilation and groups).
+    - ``"index"``: a movement: ``index(out_index, in_shapes, out_shape, attrs)`` gives
+      the source cell of an output cell, or None where the map is not affine (the op
+      then lowers as opaque).
+
+    Example:
+        >>> from aneforge.graph.registry import get_op
+        >>> get_op("sum").nest.combine, get_op("layer_norm").nest is None
+        ('add', True)
+    """
+
+    kind: str
+    combine: str | None = None
+    init: float = 0.0
+    finish: str | None = None
+    index: IndexRule | None = None
+    form: str | None = None
+    per_channel: bool = False
+
+    def __post_init__(self):
+        if self.kind not in NEST_KINDS:
+            raise ValueError(f"LoopNest: kind {self.kind!r} is not one of {NEST_KINDS}")
+
+
+#: The loop nest of the elementwise families.
+ELEMENTWISE_NEST = LoopNest("elementwise")
+
+
 @dataclass(frozen=True)
 class TiledReduction:
     """A lowering that reduces over a fixed tiled layout (``layout``, for reports) whose
@@ -345,4 +404,5 @@ FACT_FIELDS = (
     "width_begin",
     "overflow_fix",
     "tiled",
+    "nest",
 )

@@ -32,6 +32,7 @@ from .facts import (
     Decomposition,
     Flag,
     FlagSet,
+    LoopNest,
     NarrowSum,
     Role,
     SignRule,
@@ -157,6 +158,8 @@ class OpDef:
             the generic one.
         tiled: the :class:`~aneforge.graph.facts.TiledReduction` of a lowering with a
             compile cliff, or None.
+        nest: the op's :class:`~aneforge.graph.facts.LoopNest`, or None: the kernel
+            layer lowers it as opaque code.
 
     Every fact field defaults to :data:`~aneforge.graph.facts.UNSET`, which
     :func:`register` refuses: the family factories declare each one.
@@ -186,6 +189,7 @@ class OpDef:
     width_begin: WidthRule | None = UNSET
     overflow_fix: str | None = UNSET
     tiled: TiledReduction | None = UNSET
+    nest: LoopNest | None = UNSET
 
     def __post_init__(self):
         object.__setattr__(self, "flags", flag_set(self.name, self.flags))

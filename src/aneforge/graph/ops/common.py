@@ -33,6 +33,7 @@ def fused_op(
     width_begin=None,
     overflow_fix=None,
     tiled=None,
+    nest=None,
     min_arity=1,
     max_arity=None,
 ) -> OpDef:
@@ -69,6 +70,7 @@ def fused_op(
         width_begin=width_begin,
         overflow_fix=overflow_fix,
         tiled=tiled,
+        nest=nest,
     )
 
 

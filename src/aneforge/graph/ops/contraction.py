@@ -27,11 +27,13 @@ Example:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ...errors import AttributeValueError, ShapeError
 from ..arith import as_arith
-from ..facts import Flag, Role, WeightOperand, signed
+from ..facts import Flag, LoopNest, Role, WeightOperand, signed
 from ..ranges import ETA16, INF, U16, Interval, weight_value
 from ..registry import arg_name, int_attr, ints_attr, register
 from .common import broadcast_shape, fused_op, pads, spatial_tuple
@@ -161,6 +163,7 @@ for _name, _doc, _weight in (
             flops=_matmul_flops,
             role=Role.MATMUL,
             weight_operand=_weight,
+            nest=LoopNest("contract", form="matmul"),
         )
     )
 
@@ -235,6 +238,7 @@ register(
         flops=_linear_flops,
         role=Role.MATMUL,
         weight_operand=WeightOperand(1, 0),
+        nest=LoopNest("contract", form="linear"),
         min_arity=2,
         max_arity=3,
     )
@@ -278,6 +282,30 @@ def _conv_geometry(op, in_shapes, attrs, transpose=False):
     if len(in_shapes) == 3 and in_shapes[2] != (cout,):
         raise ShapeError(f"{op}: bias must have shape ({cout},), got {in_shapes[2]}")
     return nd, stride, pad, dil, tuple(w[2:]), cout
+
+
+class ConvGeometry(NamedTuple):
+    """A conv node's attributes broadcast to its spatial dims."""
+
+    stride: tuple[int, ...]
+    dilation: tuple[int, ...]
+    pads: tuple[tuple[int, int], ...]  # (begin, end) per spatial dim
+    kernel: tuple[int, ...]
+    groups: int
+
+
+def conv_geometry(node) -> ConvGeometry:
+    """The validated geometry of ``conv`` node ``node``.
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> y = af.conv(af.input((1, 3, 8, 8)), np.ones((4, 3, 3, 3)), stride=2, padding=1)
+        >>> conv_geometry(y)
+        ConvGeometry(stride=(2, 2), dilation=(1, 1), pads=((1, 1), (1, 1)), kernel=(3, 3), groups=1)
+    """
+    shapes = [s.shape for s in node.srcs]
+    _, stride, pad, dil, kern, _ = _conv_geometry(node.op, shapes, node.attrs)
+    return ConvGeometry(tuple(stride), tuple(dil), tuple(pad), tuple(kern), node.attrs["groups"])
 
 
 def _conv_out(op, size, k, s, p, d):
@@ -429,6 +457,7 @@ register(
         flops=_conv_flops,
         role=Role.CONV,
         weight_operand=WeightOperand(1, 0),
+        nest=LoopNest("contract", form="conv"),
         min_arity=2,
         max_arity=3,
     )

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ..facts import Flag, all_sources, any_source, nonnegative, signed
+from ..facts import ELEMENTWISE_NEST, Flag, all_sources, any_source, nonnegative, signed
 from ..fp16 import FP16_MAX
 from ..ranges import ETA16, INF, U16, Interval, corners, hull_of_values, weight_value
 from ..registry import OpDef, choice_attr, float_attr, get_op, register
@@ -370,7 +370,7 @@ def unary_op(name, fn, doc, range, sign, attrs=None, flags=(), **facts) -> OpDef
         sign=sign,
         range=range,
         flags=(*flags, Flag.ELEMENTWISE, Flag.UNARY),
-        **facts,
+        **{"nest": ELEMENTWISE_NEST, **facts},
     )
 
 
@@ -387,6 +387,7 @@ def binary_op(name, fn, doc, range, sign, flags=()) -> OpDef:  # noqa: A002
         sign=sign,
         range=range,
         flags=(*flags, Flag.ELEMENTWISE, Flag.BINARY),
+        nest=ELEMENTWISE_NEST,
     )
 
 
@@ -571,6 +572,7 @@ for _name, (_fn, _always, _never) in COMPARE.items():
             sign=nonnegative,
             range=_compare_range(_always, _never),
             flags=(Flag.ELEMENTWISE, Flag.BINARY),
+            nest=ELEMENTWISE_NEST,
         )
     )
 
@@ -591,5 +593,6 @@ register(
         sign=_select_sign,
         range=_select_range,
         flags=(Flag.ELEMENTWISE,),
+        nest=ELEMENTWISE_NEST,
     )
 )

@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
-from ..facts import Flag, NarrowSum, TermSign, TiledReduction, prod, signed
+from ..facts import Flag, LoopNest, NarrowSum, TermSign, TiledReduction, prod, signed
 from ..fp16 import FP16_MAX, round_fp16
 from ..ranges import ETA16, NONNEGATIVE_FP16, U16, Interval, copies_sum, weight_value
 from ..registry import arg_name, bool_attr, float_attr, int_attr, register
@@ -610,6 +610,7 @@ for _name, (_fn, _attrs, _stats, _doc) in _NORMS.items():
             flags=(Flag.NORM, *_EXTRA_FLAGS.get(_name, ())),
             narrow=_NARROW[_name],
             tiled=_TILED.get(_name),
+            nest=LoopNest("elementwise", per_channel=True) if _name == "batch_norm" else None,
             min_arity=1 + _stats,
             max_arity=1 + _stats + sum(k in _attrs for k in ("has_weight", "has_bias")),
         )

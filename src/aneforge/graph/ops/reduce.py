@@ -30,6 +30,7 @@ from ..facts import (
     SOFTMAX_FIX,
     SUM_OVERFLOW_FIX,
     Flag,
+    LoopNest,
     NarrowSum,
     TermSign,
     first_source,
@@ -185,6 +186,12 @@ _NARROW = {
 }
 # sum's result is its float32 sum, rounded once; mean's is scaled after it.
 _WIDE = {"sum": (Flag.WIDE_RESULT,)}
+_NESTS = {
+    "sum": LoopNest("reduce", "add", 0.0),
+    "mean": LoopNest("reduce", "add", 0.0, "mean"),
+    "amax": LoopNest("reduce", "max", -math.inf),
+    "amin": LoopNest("reduce", "min", math.inf),
+}
 
 for _name, (_emu, _ex, _doc, _range) in _REDUCTIONS.items():
     register(
@@ -201,6 +208,7 @@ for _name, (_emu, _ex, _doc, _range) in _REDUCTIONS.items():
             flags=(Flag.REDUCTION, Flag.STATISTIC, *_WIDE.get(_name, ())),
             narrow=_NARROW[_name],
             overflow_fix=SUM_OVERFLOW_FIX if _NARROW[_name] else None,
+            nest=_NESTS[_name],
         )
     )
 
@@ -311,6 +319,7 @@ register(
         flags=(Flag.SATURATES,),
         narrow=NarrowSum(_axis_terms, TermSign.SAME, SOFTMAX_FIX),  # a sum of exponentials
         overflow_fix=LOGITS_OVERFLOW_FIX,
+        nest=LoopNest("softmax"),
     )
 )
 

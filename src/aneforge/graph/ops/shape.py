@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import AttributeValueError, DTypeError, ShapeError
-from ..facts import Flag, all_sources
+from ..facts import Flag, LoopNest, all_sources
 from ..fp16 import round_fp16
 from ..ranges import hull_of_sources, rows_kept, same, transposed_rows
 from ..registry import (
@@ -62,8 +62,64 @@ def _movement(name, arity, attrs, shape_rule, fn, doc, width_begin=None, to_fp16
             range=_RANGE_RULES.get(name, same),
             flags=(Flag.MOVEMENT, Flag.VIEW) if name in VIEWS else (Flag.MOVEMENT,),
             width_begin=width_begin,
+            nest=LoopNest("index", index=_INDEX_RULES[name]) if name in _INDEX_RULES else None,
         )
     )
+
+
+# ---- index maps (the loop nests of the affine movements) ---------------------------
+
+
+def _same_cell(index, in_shapes, out_shape, attrs):
+    return tuple(index)
+
+
+def _transposed_cell(index, in_shapes, out_shape, attrs):
+    n = len(in_shapes[0])
+    perm = attrs["perm"] if attrs["perm"] is not None else tuple(range(n))[::-1]
+    src = [None] * n
+    for d, p in enumerate(perm):
+        src[p % n] = index[d]
+    return tuple(src)
+
+
+def _split_axes_cell(index, in_shapes, out_shape, attrs):
+    """reshape, squeeze, expand_dims whose every source axis is split into consecutive
+    output axes (size-1 axes added or dropped included): source entry ``a`` is
+    ``sum(index[d] * stride)`` over its group; None for a reshape that merges axes."""
+    src, cell, d = in_shapes[0], [], 0
+    for n in src:
+        group, size = [], 1
+        while size < n and d < len(out_shape):
+            group.append(d)
+            size *= out_shape[d]
+            d += 1
+        if size != n:
+            return None
+        entry, stride = 0, 1
+        for g in reversed(group):
+            entry = index[g] * stride + entry
+            stride *= out_shape[g]
+        cell.append(entry)
+    if any(out_shape[k] != 1 for k in range(d, len(out_shape))):
+        return None
+    return tuple(cell)
+
+
+def _sliced_cell(index, in_shapes, out_shape, attrs):
+    bounds = _slice_bounds(in_shapes[0], attrs)
+    return tuple(start + step * i for (start, _, step), i in zip(bounds, index))
+
+
+# The movements whose cells map affinely (concat and the pixel shuffles lower as opaque).
+_INDEX_RULES = {
+    "cast": _same_cell,
+    "transpose": _transposed_cell,
+    "reshape": _split_axes_cell,
+    "squeeze": _split_axes_cell,
+    "expand_dims": _split_axes_cell,
+    "slice": _sliced_cell,
+}
 
 
 # ---- reshape -----------------------------------------------------------------------

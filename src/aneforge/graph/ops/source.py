@@ -71,5 +71,6 @@ for _name, _doc, _rule, _sign in (
             width_begin=None,
             overflow_fix=None,
             tiled=None,
+            nest=None,
         )
     )

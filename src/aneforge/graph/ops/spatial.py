@@ -17,12 +17,21 @@ bound them, padding included.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from ...errors import ShapeError
 from ..arith import as_arith
-from ..facts import SUM_OVERFLOW_FIX, WINDOW_SUM_FIX, NarrowSum, TermSign, first_source, prod
+from ..facts import (
+    SUM_OVERFLOW_FIX,
+    WINDOW_SUM_FIX,
+    LoopNest,
+    NarrowSum,
+    TermSign,
+    first_source,
+    prod,
+)
 from ..fp16 import FP16_MAX, round_fp16
 from ..ranges import Interval, copies_sum, monotone, same
 from ..registry import arg_name, bool_attr, choice_attr, ints_attr, register
@@ -60,6 +69,26 @@ def _pool_geometry(op, shape, attrs):
             )
         out.append(size)
     return nd, kern, stride, pad, tuple(out)
+
+
+class PoolGeometry(NamedTuple):
+    """A pool node's attributes broadcast to its spatial dims."""
+
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    pads: tuple[tuple[int, int], ...]  # (begin, end) per spatial dim
+
+
+def pool_geometry(node) -> PoolGeometry:
+    """The validated geometry of pool node ``node``.
+
+    Example:
+        >>> import aneforge as af
+        >>> pool_geometry(af.max_pool(af.input((1, 2, 8, 8)), 3, stride=2, padding=1))
+        PoolGeometry(kernel=(3, 3), stride=(2, 2), pads=((1, 1), (1, 1)))
+    """
+    _, kern, stride, pad, _ = _pool_geometry(node.op, node.srcs[0].shape, node.attrs)
+    return PoolGeometry(tuple(kern), tuple(stride), tuple(pad))
 
 
 def _pool_shape(name):
@@ -159,6 +188,7 @@ register(
         doc="max over each window (padding never wins); stride defaults to the kernel",
         sign=first_source,
         range=same,
+        nest=LoopNest("window", "max", -INF),
     )
 )
 register(
@@ -174,6 +204,7 @@ register(
         range=_avg_range,
         narrow=NarrowSum(_window_terms, TermSign.OF_INPUT, WINDOW_SUM_FIX),
         overflow_fix=SUM_OVERFLOW_FIX,
+        nest=LoopNest("window", "add", 0.0, "mean"),
     )
 )
 

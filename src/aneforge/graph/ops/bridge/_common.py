@@ -72,6 +72,7 @@ def bridge_op(
         width_begin=width_begin,
         overflow_fix=overflow_fix,
         tiled=None,
+        nest=None,
         **extra,
     )
 

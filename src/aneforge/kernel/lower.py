@@ -1,0 +1,458 @@
+"""Lower one fused region of a Program to a loop-nest code, under a placement.
+
+The region's sources from outside it (program inputs, weights, other regions' results)
+become input buffers, the nodes read outside it (or program outputs) output buffers.
+Every other node of the region is an *intermediate*, and the placement vector says, per
+intermediate in region order, whether it is materialized (its own buffer, written by its
+own loop nest) or inlined (its template recomputed at every read site).
+
+Each op lowers by its record's :class:`~aneforge.graph.facts.LoopNest`:
+
+- elementwise: a :class:`~aneforge.kernel.ir.Call` of the record's fp16 kernel on one
+  cell of each source (NumPy broadcasting);
+- reduce: a :class:`~aneforge.kernel.ir.LocalScope` accumulating the reduced cells in C
+  order in an fp16 local (``mean`` then divides by the exact count);
+- contract (matmul, bmm, linear): a float32 :class:`~aneforge.kernel.ir.LocalScope`
+  over ``k`` of fp16 products, rounded once (``linear`` adds its bias in fp16);
+- index: the source cell the record's index map gives.
+
+An op without a loop nest (or whose map is not affine here: a reshape that moves
+elements between axes, a matmul with a vector operand) lowers as
+:class:`~aneforge.kernel.ir.Opaque` code running its record's fp16 kernel on whole
+buffers; its sources and itself are then materialized whatever the placement says.
+The numerics are the emulator's: the reference interpreter of the code gives the
+generic emulator's bits on every lowered region.
+
+Example:
+    >>> import aneforge as af
+    >>> from aneforge.kernel.lower import lower
+    >>> x = af.input((2, 3), name="x")
+    >>> prog = af.compile((x.exp() + 1.0).sum(axis=-1), opt=0)
+    >>> low = lower(prog, prog.fused_regions[0], ["inline", "inline"])
+    >>> [b.kind for b in low.code.buffers]
+    ['input', 'input', 'output']
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..compiler.program import Program
+from ..compiler.segment import Region
+from ..emulator.gemm import gemm_reference
+from ..errors import OptionError
+from ..graph.arith import Arith
+from ..graph.ops.contraction import conv_geometry
+from ..graph.ops.spatial import pool_geometry
+from ..graph.registry import get_op
+from ..graph.tensor import Tensor
+from .ir import (
+    Affine,
+    Buffer,
+    Call,
+    Code,
+    Const,
+    DeclareLocal,
+    For,
+    Get,
+    GetLocal,
+    InRange,
+    LocalScope,
+    Op,
+    Opaque,
+    Set,
+    SetLocal,
+    Where,
+    fixed,
+    it,
+)
+
+__all__ = ["Lowered", "Lowerer", "Placement", "lower", "region_nodes", "resolve"]
+
+_ARITH = Arith.generic(gemm_reference)
+
+
+class Placement(str, enum.Enum):
+    """Where an intermediate node lives."""
+
+    MATERIALIZE = "materialize"  # its own buffer, written once
+    INLINE = "inline"  # recomputed at every read site
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class RegionNodes:
+    """A region's nodes by role: its ``inputs`` (sources from outside it), ``outputs``
+    (read outside it or program outputs) and ``intermediates`` (the rest), each in
+    region order."""
+
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    intermediates: tuple[Tensor, ...]
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A lowered region: the ``code``, the buffer name of each region input and output
+    (``names[id(node)]``), the placement applied (forced materializations included)
+    and the ops that lowered as opaque code, with why."""
+
+    code: Code
+    nodes: RegionNodes
+    names: dict
+    placement: tuple[Placement, ...]
+    opaque: tuple[tuple[str, str], ...]
+
+    def feeds(self, values: dict) -> dict:
+        """The code's input feeds from ``values`` (``id(node)`` -> array) of the
+        region's input nodes."""
+        return {
+            self.names[id(n)]: values[id(n)].reshape(n.shape or (1,)) for n in self.nodes.inputs
+        }
+
+
+def region_nodes(program: Program, region: Region) -> RegionNodes:
+    """The inputs, outputs and intermediates of ``region`` in ``program``."""
+    inside = {id(n) for n in region.nodes}
+    inputs: dict[int, Tensor] = {}
+    read_outside = {id(t) for t in program.outputs}
+    for node in program.nodes:
+        for s in node.srcs:
+            if id(node) in inside and id(s) not in inside:
+                inputs.setdefault(id(s), s)
+            if id(node) not in inside and id(s) in inside:
+                read_outside.add(id(s))
+    outputs = tuple(n for n in region.nodes if id(n) in read_outside)
+    middle = tuple(n for n in region.nodes if id(n) not in read_outside)
+    return RegionNodes(tuple(inputs.values()), outputs, middle)
+
+
+class Lowerer:
+    """Builds the IR of a region's nodes: ``buffers`` holds the nodes read from memory
+    (``id(node)`` -> :class:`~aneforge.kernel.ir.Buffer`), and :meth:`template` the value
+    of any other node at a cell, its sources inlined unless buffered."""
+
+    def __init__(self, program: Program, nodes: RegionNodes):
+        self.nodes = nodes
+        self.order = {id(n): i for i, n in enumerate(program.nodes)}
+        self.buffers: dict[int, Buffer] = {}
+        self.fresh = 0
+        self.opaque: list[tuple[str, str]] = []
+
+    def name(self, node: Tensor) -> str:
+        return f"v{self.order[id(node)]}"
+
+    def iterator(self, hint: str) -> str:
+        self.fresh += 1
+        return f"{hint}{self.fresh}"
+
+    # -- the value of a node at a cell ----------------------------------------------------
+
+    def value(self, node: Tensor, index: tuple[Affine, ...]):
+        if id(node) in self.buffers:  # a 0-d node lives in a one-cell buffer
+            return Get(self.buffers[id(node)].name, index if node.shape else (fixed(0),))
+        return self.template(node, index)
+
+    def template(self, node: Tensor, index: tuple[Affine, ...]):
+        nest = get_op(node.op).nest
+        kind = nest.kind
+        if kind == "elementwise" and nest.per_channel:  # x[n, c, ...] with params [c]
+            x, *params = node.srcs
+            args = [self.value(x, index), *(self.value(p, (index[1],)) for p in params)]
+            shapes = ((1, 1), *(((1,),) * len(params)))
+            return Call(node.op, tuple(args), tuple(sorted(node.attrs.items())), shapes)
+        if kind == "elementwise":
+            args = [self.value(s, _broadcast(index, s.shape)) for s in node.srcs]
+            return Call(node.op, tuple(args), tuple(sorted(node.attrs.items())))
+        if kind == "index":
+            src = node.srcs[0]
+            cell = nest.index(index, [src.shape], node.shape, node.attrs)
+            return self.value(src, tuple(_affine(c) for c in cell))
+        if kind == "reduce":
+            return self._reduce(node, nest, index)
+        if kind == "window":
+            return self._window(node, nest, index)
+        if kind == "softmax":
+            return self._softmax(node, index)
+        return self._contract(node, nest, index)
+
+    def _reduce(self, node, nest, index):
+        x = node.srcs[0]
+        axes = set(_norm_axes(node.attrs["axes"], x.ndim))
+        kept = iter(index)
+        cell, loops = [], []
+        for d, n in enumerate(x.shape):
+            if d in axes:
+                name = self.iterator("r")
+                loops.append((name, n))
+                cell.append(it(name))
+                if node.attrs["keepdims"]:
+                    next(kept)
+            else:
+                cell.append(next(kept))
+        acc = self.iterator("acc")
+        body: tuple = (SetLocal(acc, self.value(x, tuple(cell)), accumulate=nest.combine),)
+        for name, n in reversed(loops):
+            body = (For(name, 0, n - 1, body),)
+        total = LocalScope(acc, body, "fp16", nest.init)
+        if nest.finish == "mean":
+            count = math.prod(n for _, n in loops)
+            return Op("div", (total, Const(float(count), held=False)))
+        return total
+
+    def _row(self, node, index):
+        """``at(k)``: the cell of softmax ``node``'s source at ``index`` with the axis
+        entry replaced by ``k``; and the axis length."""
+        x = node.srcs[0]
+        axis = node.attrs["axis"] % x.ndim
+
+        def at(k):
+            cell = list(index)
+            cell[axis] = k
+            return self.value(x, tuple(cell))
+
+        return at, x.shape[axis], axis
+
+    def _row_stats(self, at, n) -> tuple[str, str, tuple]:
+        """Statements computing a row's max and its narrow sum of exp(x - max) into two
+        fp16 locals (returned with them)."""
+        top, total, k1, k2 = (self.iterator(h) for h in ("max", "sum", "k", "k"))
+        stmts = (
+            DeclareLocal(top, "fp16", -math.inf),
+            For(k1, 0, n - 1, (SetLocal(top, at(it(k1)), accumulate="max"),)),
+            DeclareLocal(total, "fp16", 0.0),
+            For(k2, 0, n - 1, (SetLocal(total, _shifted_exp(at(it(k2)), GetLocal(top)), "add"),)),
+        )
+        return top, total, stmts
+
+    def _softmax(self, node, index):
+        """One cell, recomputing its row's statistics in two hoisted scopes."""
+        at, n, axis = self._row(node, index)
+        top, total, stmts = self._row_stats(at, n)
+        row_max = LocalScope(top, stmts[1:2], "fp16", -math.inf)
+        row_sum = LocalScope(total, (*stmts[:2], stmts[3]), "fp16")
+        return Op("div", (_shifted_exp(at(index[axis]), row_max), row_sum))
+
+    def softmax_rows(self, node, buf) -> tuple:
+        """A materialized softmax: per row, its statistics once, then every cell."""
+        names = [self.iterator("i") for _ in node.shape]
+        index = [it(m) for m in names]
+        at, n, axis = self._row(node, tuple(index))
+        top, total, stmts = self._row_stats(at, n)
+        j = self.iterator("j")
+        index[axis] = it(j)
+        value = Op("div", (_shifted_exp(at(it(j)), GetLocal(top)), GetLocal(total)))
+        body: tuple = (*stmts, For(j, 0, n - 1, (Set(buf.name, tuple(index), value),)))
+        for d in reversed(range(len(names))):
+            if d != axis:
+                body = (For(names[d], 0, node.shape[d] - 1, body),)
+        return body
+
+    def _window(self, node, nest, index):
+        x = node.srcs[0]
+        geo = pool_geometry(node)
+        taps = [self.iterator("t") for _ in geo.kernel]
+        n, c, *out = index
+        spatial = tuple(y * s + it(t) - p[0] for y, t, s, p in zip(out, taps, geo.stride, geo.pads))
+        read = self.value(x, (n, c, *spatial))
+        if _padded(geo.pads):  # the padding reads the fill
+            read = Where(InRange(spatial, x.shape[2:]), read, Const(nest.init))
+        acc = self.iterator("acc")
+        body: tuple = (SetLocal(acc, read, accumulate=nest.combine),)
+        for t, k in reversed(list(zip(taps, geo.kernel))):
+            body = (For(t, 0, k - 1, body),)
+        total = LocalScope(acc, body, "fp16", nest.init)
+        if nest.finish == "mean":
+            return Op("div", (total, Const(float(math.prod(geo.kernel)), held=False)))
+        return total
+
+    def _contract(self, node, nest, index):
+        """The float32 sum of fp16 products of one output cell (``nest.form``), rounded
+        once, plus the bias in fp16."""
+        terms, loops = getattr(self, f"_{nest.form}_terms")(node, index)
+        acc = self.iterator("acc")
+        body: tuple = (SetLocal(acc, Op("mul", terms), accumulate="add"),)
+        for name, n in reversed(loops):
+            body = (For(name, 0, n - 1, body),)
+        total = Op("fp16", (LocalScope(acc, body, "fp32", 0.0),))
+        bias = node.srcs[2] if len(node.srcs) == 3 else None
+        if bias is None:
+            return total
+        channel = index[1] if nest.form == "conv" else index[-1]
+        return Op("add", (total, self.value(bias, (channel,))))
+
+    def _matmul_terms(self, node, index):
+        a, b = node.srcs
+        k = self.iterator("k")
+        batch, m, n = index[:-2], index[-2], index[-1]
+        a_cell = (*_broadcast(batch, a.shape[:-2]), m, it(k))
+        b_cell = (*_broadcast(batch, b.shape[:-2]), it(k), n)
+        return (self.value(a, a_cell), self.value(b, b_cell)), [(k, a.shape[-1])]
+
+    def _linear_terms(self, node, index):
+        x, w = node.srcs[:2]
+        k = self.iterator("k")
+        terms = (self.value(x, (*index[:-1], it(k))), self.value(w, (index[-1], it(k))))
+        return terms, [(k, x.shape[-1])]
+
+    def _conv_terms(self, node, index):
+        x, w = node.srcs[:2]
+        geo = conv_geometry(node)
+        c = self.iterator("c")
+        taps = [self.iterator("t") for _ in geo.kernel]
+        n, o, *out = index
+        # groups > 1 lower here with one output channel per group (depthwise and the
+        # like): input channel o * Cin/groups + c (see _lowerable)
+        channel = it(c) if geo.groups == 1 else o * w.shape[1] + it(c)
+        spatial = tuple(
+            y * s + it(t) * d - p[0]
+            for y, t, s, d, p in zip(out, taps, geo.stride, geo.dilation, geo.pads)
+        )
+        read = self.value(x, (n, channel, *spatial))
+        if _padded(geo.pads):  # the padding reads +0, as np.pad gives
+            read = Where(InRange(spatial, x.shape[2:]), read, Const(0.0))
+        terms = (read, self.value(w, (o, it(c), *(it(t) for t in taps))))
+        return terms, [(c, w.shape[1]), *zip(taps, geo.kernel)]
+
+
+def _shifted_exp(x, top):
+    """``exp(x - top)``, each step rounded to fp16."""
+    return Op("exp", (Op("sub", (x, top)),))
+
+
+def _padded(pads) -> bool:
+    return any(p != (0, 0) for p in pads)
+
+
+def _affine(entry) -> Affine:
+    return entry if isinstance(entry, Affine) else fixed(int(entry))
+
+
+def _broadcast(index: Sequence[Affine], shape: tuple[int, ...]) -> tuple[Affine, ...]:
+    """The cell of a source of ``shape`` that NumPy broadcasting reads for ``index``."""
+    tail = index[len(index) - len(shape) :] if shape else ()
+    return tuple(fixed(0) if n == 1 else a for a, n in zip(tail, shape))
+
+
+def _norm_axes(axes, ndim: int) -> tuple[int, ...]:
+    return tuple(range(ndim)) if axes is None else tuple(a % ndim for a in axes)
+
+
+def _lowerable(node: Tensor) -> str | None:
+    """None when ``node`` has a loop nest here, else why it lowers as opaque."""
+    nest = get_op(node.op).nest
+    if nest is None:
+        return "no loop-nest rule"
+    if nest.kind == "index":
+        src = node.srcs[0]
+        probe = tuple(fixed(0) for _ in node.shape)
+        if nest.index(probe, [src.shape], node.shape, node.attrs) is None:
+            return "its index map is not affine for these shapes"
+    if nest.form == "matmul" and min(s.ndim for s in node.srcs) < 2:
+        return "a vector operand (the batched form needs rank >= 2)"
+    mean = nest.kind == "window" and nest.finish == "mean"
+    if mean and not node.attrs["count_include_pad"] and _padded(pool_geometry(node).pads):
+        return "a padded average whose count excludes the padding varies per cell"
+    groups = node.attrs.get("groups", 1)
+    if nest.form == "conv" and groups > 1 and node.srcs[1].shape[0] != groups:
+        return "grouped with several output channels per group (not affine)"
+    return None
+
+
+def _placements(placement, middle) -> list[Placement]:
+    if placement is None:
+        return [Placement.MATERIALIZE] * len(middle)
+    if isinstance(placement, (str, Placement)) or len(placement) != len(middle):
+        raise OptionError(
+            f"lower: the placement needs one entry per intermediate ({len(middle)}), got "
+            f"{placement!r}; give a list of 'materialize' / 'inline'"
+        )
+    out = []
+    for p in placement:
+        try:
+            out.append(Placement(p))
+        except ValueError:
+            raise OptionError(
+                f"lower: placement {p!r} is not one of 'materialize', 'inline'"
+            ) from None
+    return out
+
+
+def resolve(program: Program, region: Region, placement=None):
+    """``(nodes, chosen, why)``: the region's :class:`RegionNodes`, the placement of
+    each intermediate (``chosen[id(node)]``, after the materializations opaque code
+    forces) and, per region node, why it lowers as opaque (None where it does not)."""
+    if region.kind != "fused" or not any(region is r for r in program.fused_regions):
+        raise OptionError(f"lower: {region!r} is not a fused region of this program")
+    nodes = region_nodes(program, region)
+    places = _placements(placement, nodes.intermediates)
+    why = {id(n): _lowerable(n) for n in region.nodes}
+    forced = {id(n) for n in region.nodes if why[id(n)]}
+    forced |= {id(s) for n in region.nodes if why[id(n)] for s in n.srcs}
+    chosen = {
+        id(n): Placement.MATERIALIZE if id(n) in forced else p
+        for n, p in zip(nodes.intermediates, places)
+    }
+    return nodes, chosen, why
+
+
+def lower(
+    program: Program, region: Region, placement: Sequence | None = None, *, name: str = ""
+) -> Lowered:
+    """Lower fused ``region`` of ``program`` with ``placement`` (one
+    :class:`Placement` or its name per intermediate of :func:`region_nodes`, in region
+    order; None materializes every one): module docstring.
+
+    Raises :class:`~aneforge.errors.OptionError` for a region that is not one of
+    ``program``'s fused regions or a placement of the wrong length or value.
+    """
+    nodes, chosen, why = resolve(program, region, placement)
+    low = Lowerer(program, nodes)
+    final = tuple(chosen[id(n)] for n in nodes.intermediates)
+    for n in nodes.inputs:
+        low.buffers[id(n)] = Buffer(low.name(n), n.shape or (1,), kind="input")
+    body: tuple = ()
+    outputs = {id(n) for n in nodes.outputs}
+    for n in region.nodes:
+        if chosen.get(id(n)) is Placement.INLINE:
+            continue
+        buf = Buffer(low.name(n), n.shape or (1,), kind="output" if id(n) in outputs else "temp")
+        if why[id(n)]:
+            low.opaque.append((n.op, why[id(n)]))
+            body += (_opaque(n, low, buf, why[id(n)]),)
+        else:
+            body += _nest(n, low, buf)
+        low.buffers[id(n)] = buf
+    code = Code(name or f"region{region.index}", tuple(low.buffers.values()), body)
+    names = {i: b.name for i, b in low.buffers.items()}
+    return Lowered(code, nodes, names, final, tuple(low.opaque))
+
+
+def _nest(node: Tensor, low: Lowerer, buf: Buffer) -> tuple:
+    """The statements writing every cell of ``node`` into ``buf``."""
+    if not node.shape:  # a 0-d node lives in a one-cell buffer
+        return (Set(buf.name, (fixed(0),), low.template(node, ())),)
+    if get_op(node.op).nest.kind == "softmax":
+        return low.softmax_rows(node, buf)
+    names = [low.iterator("i") for _ in node.shape]
+    index = tuple(it(n) for n in names)
+    stmt: For | Set = Set(buf.name, index, low.template(node, index))
+    for name, n in reversed(list(zip(names, node.shape))):
+        stmt = For(name, 0, n - 1, (stmt,))
+    return (stmt,)
+
+
+def _opaque(node: Tensor, low: Lowerer, buf: Buffer, why: str) -> Opaque:
+    op, attrs, shapes = get_op(node.op), dict(node.attrs), [s.shape for s in node.srcs]
+
+    def run(*arrays):
+        args = [a.reshape(shape) for a, shape in zip(arrays, shapes)]
+        return op.emulate(args, attrs, _ARITH)
+
+    ins = tuple(low.buffers[id(s)].name for s in node.srcs)
+    return Opaque(node.op, ins, (buf.name,), run, why)
