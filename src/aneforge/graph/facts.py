@@ -230,7 +230,7 @@ LOGITS_OVERFLOW_FIX = "scale {op}'s logits down{by} so its steps stay finite"
 
 
 #: The kinds of :class:`LoopNest`.
-NEST_KINDS = ("elementwise", "reduce", "window", "softmax", "contract", "index")
+NEST_KINDS = ("elementwise", "reduce", "window", "row", "contract", "index")
 
 
 @dataclass(frozen=True)
@@ -247,21 +247,26 @@ class LoopNest:
       inner) like ``"reduce"``, cells outside the input reading ``init`` (``-inf`` for
       max, +0 for the sum); ``finish="mean"`` divides by the window's size, so a
       padded average that does not count its padding lowers as opaque.
-    - ``"softmax"``: along ``attrs["axis"]``, the row's max, the narrow sum of
-      ``exp(x - max)``, then each ``exp(x - max)`` divided by it, every step rounded to
-      fp16.
+    - ``"row"``: a row op along ``attrs["axis"]`` (and the axes after it for the layer
+      and RMS norms): the row's statistics, then each cell from them, every step
+      rounded to fp16 as the record's kernel does; ``form`` says which: ``"softmax"``
+      (the max, the narrow sum of ``exp(x - max)``), ``"layer_norm"`` (mean, mean of
+      centred squares, ``rsqrt(var + eps)``), ``"rms_norm"``, ``"l2_norm"``; the norms
+      then apply their optional weight and bias.
     - ``"contract"``: fp16 products summed in a float32 local from +0 in ascending
       order of the contracted index, rounded once, then a bias added in fp16; ``form``
       says which: ``"matmul"`` (``a @ b``, NumPy batch broadcasting), ``"linear"``
       (``x @ w.T + b``) or ``"conv"`` (an NCHW / NCW correlation over ``(c, kh, kw)``,
       zeros outside the input, with stride, padding, dilation and groups).
     - ``"index"``: a movement: ``index(out_index, in_shapes, out_shape, attrs)`` gives
-      the source cell of an output cell, or None where the map is not affine (the op
-      then lowers as opaque).
+      the source cell of an output cell, or None where the map is not affine. Then
+      ``scatter(src_index, in_shapes, out_shape, attrs)``, where given, gives the output
+      cell of a source cell (a reshape merging axes): the op lowers materialized,
+      writing each source cell; else it lowers as opaque.
 
     Example:
         >>> from aneforge.graph.registry import get_op
-        >>> get_op("sum").nest.combine, get_op("layer_norm").nest is None
+        >>> get_op("sum").nest.combine, get_op("group_norm").nest is None
         ('add', True)
     """
 
@@ -272,6 +277,7 @@ class LoopNest:
     index: IndexRule | None = None
     form: str | None = None
     per_channel: bool = False
+    scatter: IndexRule | None = None
 
     def __post_init__(self):
         if self.kind not in NEST_KINDS:

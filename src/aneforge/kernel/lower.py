@@ -177,8 +177,8 @@ class Lowerer:
             return self._reduce(node, nest, index)
         if kind == "window":
             return self._window(node, nest, index)
-        if kind == "softmax":
-            return self._softmax(node, index)
+        if kind == "row":
+            return self._row_cell(node, index)
         return self._contract(node, nest, index)
 
     def _reduce(self, node, nest, index):
@@ -205,51 +205,113 @@ class Lowerer:
             return Op("div", (total, Const(float(count), held=False)))
         return total
 
-    def _row(self, node, index):
-        """``at(k)``: the cell of softmax ``node``'s source at ``index`` with the axis
-        entry replaced by ``k``; and the axis length."""
-        x = node.srcs[0]
+    # -- row ops: statistics of a row, then each cell from them ---------------------------
+
+    def _row_plan(self, node, index):
+        """``(axes, stats, cell)`` of row op ``node`` (``nest.form``) at ``index``:
+        its row axes, its statistics in order as ``(local, dtype, init, statements)``
+        (each may read the earlier ones), and ``cell(entries)`` the value of the cell
+        whose row axes hold ``entries``, reading the statistics as locals."""
+        x, form = node.srcs[0], get_op(node.op).nest.form
         axis = node.attrs["axis"] % x.ndim
+        axes = tuple(range(axis, x.ndim)) if form in ("layer_norm", "rms_norm") else (axis,)
 
-        def at(k):
-            cell = list(index)
-            cell[axis] = k
-            return self.value(x, tuple(cell))
+        def at(entries, src=x, only_row=False):
+            cell = [] if only_row else list(index)
+            for a, e in zip(axes, entries):
+                if only_row:
+                    cell.append(e)
+                else:
+                    cell[a] = e
+            return self.value(src, tuple(cell))
 
-        return at, x.shape[axis], axis
+        def over_row(local, term, combine="add"):
+            """Statements folding ``term(entries)`` over the row into ``local``."""
+            names = [self.iterator("k") for _ in axes]
+            body: tuple = (SetLocal(local, term(tuple(it(n) for n in names)), combine),)
+            for name, a in reversed(list(zip(names, axes))):
+                body = (For(name, 0, x.shape[a] - 1, body),)
+            return body
 
-    def _row_stats(self, at, n) -> tuple[str, str, tuple]:
-        """Statements computing a row's max and its narrow sum of exp(x - max) into two
-        fp16 locals (returned with them)."""
-        top, total, k1, k2 = (self.iterator(h) for h in ("max", "sum", "k", "k"))
-        stmts = (
-            DeclareLocal(top, "fp16", -math.inf),
-            For(k1, 0, n - 1, (SetLocal(top, at(it(k1)), accumulate="max"),)),
-            DeclareLocal(total, "fp16", 0.0),
-            For(k2, 0, n - 1, (SetLocal(total, _shifted_exp(at(it(k2)), GetLocal(top)), "add"),)),
-        )
-        return top, total, stmts
+        def local(hint):
+            return self.iterator(hint)
 
-    def _softmax(self, node, index):
-        """One cell, recomputing its row's statistics in two hoisted scopes."""
-        at, n, axis = self._row(node, index)
-        top, total, stmts = self._row_stats(at, n)
-        row_max = LocalScope(top, stmts[1:2], "fp16", -math.inf)
-        row_sum = LocalScope(total, (*stmts[:2], stmts[3]), "fp16")
-        return Op("div", (_shifted_exp(at(index[axis]), row_max), row_sum))
+        count = Const(float(math.prod(x.shape[a] for a in axes)), held=False)
+        eps = Const(float(node.attrs.get("eps", 0.0)))
+        if form == "softmax":
+            top, total = local("max"), local("sum")
+            stats = [
+                (top, -math.inf, over_row(top, at, "max")),
+                (total, 0.0, over_row(total, lambda e: _shifted_exp(at(e), GetLocal(top)))),
+            ]
+            return (
+                axes,
+                stats,
+                lambda e: Op("div", (_shifted_exp(at(e), GetLocal(top)), GetLocal(total))),
+            )
+        square = lambda e: Op("mul", (at(e), at(e)))  # noqa: E731
+        if form == "l2_norm":
+            ss, r = local("ss"), local("r")
+            inv = Op("rsqrt", (Op("max", (GetLocal(ss), eps)),))
+            stats = [(ss, 0.0, over_row(ss, square)), (r, 0.0, (SetLocal(r, inv),))]
+            return axes, stats, lambda e: Op("mul", (at(e), GetLocal(r)))
+        if form == "rms_norm":
+            total, ms, r = local("sum"), local("ms"), local("r")
+            stats = [
+                (total, 0.0, over_row(total, square)),
+                (ms, 0.0, (SetLocal(ms, Op("div", (GetLocal(total), count))),)),
+                (r, 0.0, (SetLocal(r, Op("rsqrt", (Op("add", (GetLocal(ms), eps)),))),)),
+            ]
+            scaled = lambda e: Op("mul", (at(e), GetLocal(r)))  # noqa: E731
+            return axes, stats, lambda e: self._norm_affine(node, scaled(e), at, e)
+        # layer_norm: mean, centred squares' mean, reciprocal deviation
+        s1, mu, s2, var, r = (local(h) for h in ("sum", "mu", "sum", "var", "r"))
+        centred = lambda e: Op("sub", (at(e), GetLocal(mu)))  # noqa: E731
+        stats = [
+            (s1, 0.0, over_row(s1, at)),
+            (mu, 0.0, (SetLocal(mu, Op("div", (GetLocal(s1), count))),)),
+            (s2, 0.0, over_row(s2, lambda e: Op("mul", (centred(e), centred(e))))),
+            (var, 0.0, (SetLocal(var, Op("div", (GetLocal(s2), count))),)),
+            (r, 0.0, (SetLocal(r, Op("rsqrt", (Op("add", (GetLocal(var), eps)),))),)),
+        ]
+        scaled = lambda e: Op("mul", (centred(e), GetLocal(r)))  # noqa: E731
+        return axes, stats, lambda e: self._norm_affine(node, scaled(e), at, e)
 
-    def softmax_rows(self, node, buf) -> tuple:
-        """A materialized softmax: per row, its statistics once, then every cell."""
+    def _norm_affine(self, node, y, at, entries):
+        """``y * weight + bias`` over the row axes, each step rounded, where present."""
+        i = 1
+        if node.attrs.get("has_weight"):
+            y = Op("mul", (y, at(entries, node.srcs[i], only_row=True)))
+            i += 1
+        if node.attrs.get("has_bias"):
+            y = Op("add", (y, at(entries, node.srcs[i], only_row=True)))
+        return y
+
+    def _row_cell(self, node, index):
+        """One cell of a row op inline: each statistic recomputed in a hoisted scope."""
+        axes, stats, cell = self._row_plan(node, index)
+        done: tuple = ()
+        scoped = {}
+        for name, init, stmts in stats:
+            scoped[name] = LocalScope(name, done + stmts, "fp16", init)
+            done += (DeclareLocal(name, "fp16", init), *stmts)
+        value = cell(tuple(index[a] for a in axes))
+        return _substitute(value, scoped)
+
+    def row_nest(self, node, buf) -> tuple:
+        """A materialized row op: per row, its statistics once, then every cell."""
         names = [self.iterator("i") for _ in node.shape]
-        index = [it(m) for m in names]
-        at, n, axis = self._row(node, tuple(index))
-        top, total, stmts = self._row_stats(at, n)
-        j = self.iterator("j")
-        index[axis] = it(j)
-        value = Op("div", (_shifted_exp(at(it(j)), GetLocal(top)), GetLocal(total)))
-        body: tuple = (*stmts, For(j, 0, n - 1, (Set(buf.name, tuple(index), value),)))
+        index = tuple(it(m) for m in names)
+        axes, stats, cell = self._row_plan(node, index)
+        body: tuple = ()
+        for name, init, stmts in stats:
+            body += (DeclareLocal(name, "fp16", init), *stmts)
+        inner: tuple = (Set(buf.name, index, cell(tuple(index[a] for a in axes))),)
+        for a in reversed(axes):
+            inner = (For(names[a], 0, node.shape[a] - 1, inner),)
+        body += inner
         for d in reversed(range(len(names))):
-            if d != axis:
+            if d not in axes:
                 body = (For(names[d], 0, node.shape[d] - 1, body),)
         return body
 
@@ -325,6 +387,41 @@ def _shifted_exp(x, top):
     return Op("exp", (Op("sub", (x, top)),))
 
 
+def _substitute(value, scoped: dict):
+    """``value`` with every read of a local in ``scoped`` replaced by its scope."""
+    if isinstance(value, GetLocal):
+        return scoped.get(value.name, value)
+    if isinstance(value, (Op, Call)):
+        return type(value)(
+            value.op,
+            tuple(_substitute(a, scoped) for a in value.args),
+            *((value.attrs, value.shapes) if isinstance(value, Call) else ()),
+        )
+    return value
+
+
+def _gathers(node: Tensor) -> bool:
+    """Whether movement ``node``'s output cells map affinely to source cells."""
+    probe = tuple(fixed(0) for _ in node.shape)
+    nest = get_op(node.op).nest
+    return nest.index(probe, [node.srcs[0].shape], node.shape, node.attrs) is not None
+
+
+def _scatter_cell(node: Tensor, index):
+    """The output cell of source cell ``index`` (a probe when None) of a movement that
+    only scatters affinely, or None."""
+    nest, src = get_op(node.op).nest, node.srcs[0]
+    if nest.scatter is None:
+        return None
+    probe = tuple(fixed(0) for _ in src.shape) if index is None else index
+    return nest.scatter(probe, [src.shape], node.shape, node.attrs)
+
+
+def _scatters(node: Tensor) -> bool:
+    nest = get_op(node.op).nest
+    return nest is not None and nest.kind == "index" and not _gathers(node)
+
+
 def _padded(pads) -> bool:
     return any(p != (0, 0) for p in pads)
 
@@ -348,11 +445,8 @@ def _lowerable(node: Tensor) -> str | None:
     nest = get_op(node.op).nest
     if nest is None:
         return "no loop-nest rule"
-    if nest.kind == "index":
-        src = node.srcs[0]
-        probe = tuple(fixed(0) for _ in node.shape)
-        if nest.index(probe, [src.shape], node.shape, node.attrs) is None:
-            return "its index map is not affine for these shapes"
+    if nest.kind == "index" and not _gathers(node) and _scatter_cell(node, None) is None:
+        return "its index map is not affine for these shapes"
     if nest.form == "matmul" and min(s.ndim for s in node.srcs) < 2:
         return "a vector operand (the batched form needs rank >= 2)"
     mean = nest.kind == "window" and nest.finish == "mean"
@@ -392,7 +486,7 @@ def resolve(program: Program, region: Region, placement=None):
     nodes = region_nodes(program, region)
     places = _placements(placement, nodes.intermediates)
     why = {id(n): _lowerable(n) for n in region.nodes}
-    forced = {id(n) for n in region.nodes if why[id(n)]}
+    forced = {id(n) for n in region.nodes if why[id(n)] or _scatters(n)}
     forced |= {id(s) for n in region.nodes if why[id(n)] for s in n.srcs}
     chosen = {
         id(n): Placement.MATERIALIZE if id(n) in forced else p
@@ -437,8 +531,17 @@ def _nest(node: Tensor, low: Lowerer, buf: Buffer) -> tuple:
     """The statements writing every cell of ``node`` into ``buf``."""
     if not node.shape:  # a 0-d node lives in a one-cell buffer
         return (Set(buf.name, (fixed(0),), low.template(node, ())),)
-    if get_op(node.op).nest.kind == "softmax":
-        return low.softmax_rows(node, buf)
+    if get_op(node.op).nest.kind == "row":
+        return low.row_nest(node, buf)
+    if _scatters(node):  # write each source cell where it lands
+        src = node.srcs[0]
+        names = [low.iterator("s") for _ in src.shape]
+        cell = tuple(it(m) for m in names)
+        target = tuple(_affine(c) for c in _scatter_cell(node, cell))
+        stmt = Set(buf.name, target, low.value(src, cell))
+        for name, n in reversed(list(zip(names, src.shape))):
+            stmt = For(name, 0, n - 1, (stmt,))
+        return (stmt,)
     names = [low.iterator("i") for _ in node.shape]
     index = tuple(it(n) for n in names)
     stmt: For | Set = Set(buf.name, index, low.template(node, index))

@@ -582,6 +582,15 @@ def _group_layout(in_shapes, attrs):
     return (("C/groups", x[1] // int(attrs["groups"])), ("H*W", prod(x[2:])))
 
 
+# The loop nests: batch_norm a per-channel map; the row norms their statistics per row
+# (group_norm's groups are not affine in the channel index: it lowers as opaque).
+_NESTS = {
+    "batch_norm": LoopNest("elementwise", per_channel=True),
+    "layer_norm": LoopNest("row", form="layer_norm"),
+    "rms_norm": LoopNest("row", form="rms_norm"),
+    "l2_norm": LoopNest("row", form="l2_norm"),
+}
+
 # group_norm's tiled lowering reduces over [1, G, C/groups, H*W]; the compiler keeps each
 # axis at most 65536 long, and a longer one falls off the compile cliff.
 _TILED = {
@@ -610,7 +619,7 @@ for _name, (_fn, _attrs, _stats, _doc) in _NORMS.items():
             flags=(Flag.NORM, *_EXTRA_FLAGS.get(_name, ())),
             narrow=_NARROW[_name],
             tiled=_TILED.get(_name),
-            nest=LoopNest("elementwise", per_channel=True) if _name == "batch_norm" else None,
+            nest=_NESTS.get(_name),
             min_arity=1 + _stats,
             max_arity=1 + _stats + sum(k in _attrs for k in ("has_weight", "has_bias")),
         )

@@ -319,7 +319,7 @@ register(
         flags=(Flag.SATURATES,),
         narrow=NarrowSum(_axis_terms, TermSign.SAME, SOFTMAX_FIX),  # a sum of exponentials
         overflow_fix=LOGITS_OVERFLOW_FIX,
-        nest=LoopNest("softmax"),
+        nest=LoopNest("row", form="softmax"),
     )
 )
 

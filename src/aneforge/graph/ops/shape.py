@@ -62,7 +62,7 @@ def _movement(name, arity, attrs, shape_rule, fn, doc, width_begin=None, to_fp16
             range=_RANGE_RULES.get(name, same),
             flags=(Flag.MOVEMENT, Flag.VIEW) if name in VIEWS else (Flag.MOVEMENT,),
             width_begin=width_begin,
-            nest=LoopNest("index", index=_INDEX_RULES[name]) if name in _INDEX_RULES else None,
+            nest=_nest(name),
         )
     )
 
@@ -109,6 +109,18 @@ def _split_axes_cell(index, in_shapes, out_shape, attrs):
 def _sliced_cell(index, in_shapes, out_shape, attrs):
     bounds = _slice_bounds(in_shapes[0], attrs)
     return tuple(start + step * i for (start, _, step), i in zip(bounds, index))
+
+
+def _merged_axes_cell(index, in_shapes, out_shape, attrs):
+    """A reshape's output cell of a source cell, where output axes merge source axes."""
+    return _split_axes_cell(index, [out_shape], in_shapes[0], attrs)
+
+
+def _nest(name):
+    if name not in _INDEX_RULES:
+        return None
+    scatter = _merged_axes_cell if name == "reshape" else None
+    return LoopNest("index", index=_INDEX_RULES[name], scatter=scatter)
 
 
 # The movements whose cells map affinely (concat and the pixel shuffles lower as opaque).
