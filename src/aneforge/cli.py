@@ -42,6 +42,8 @@ from .graph.ranges import check_range
 from .io.coreml_export import export_coreml
 from .io.coreml_package import check_package_path
 from .io.onnx_import import from_onnx
+from .kernel.calibration import read_log
+from .kernel.envelope import fit_envelope, save_envelopes
 from .plot import check_plot_path, plot_reports
 from .report import (
     DEFAULT_CHIP,
@@ -165,6 +167,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--target", help="target chip (sets the OS floor)")
     export.add_argument("--force", action="store_true", help=FORCE_HELP)
+    fit = sub.add_parser(
+        "fit-envelope",
+        help="fit each backend's peak FLOP rate and bandwidth to a calibration log",
+        description="Read the calibration log LOG (tab-separated rows, docs/kernel.md), "
+        "fit per backend the peak FLOP rate and bandwidth the exact rows achieve (with the "
+        "fission slack of multi-kernel rows) and write them where the kernel cost model "
+        "reads them ($ANEFORGE_ENVELOPE_FILE, else ~/.config/aneforge/envelope.json).",
+    )
+    fit.add_argument("log", help="the calibration log (.tsv)")
+    fit.add_argument("--backend", help="fit this backend only (default: every one)")
+    fit.add_argument(
+        "--margin", type=float, default=1.0, help="scale both peaks by M >= 1 (default 1)"
+    )
+    fit.add_argument("--output", metavar="PATH", help="write the envelope file here instead")
     return parser
 
 
@@ -595,7 +611,42 @@ def _dispatch(argv) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    return _export_command(args) if args.command == "export" else _check(args)
+    commands = {"export": _export_command, "fit-envelope": _fit_envelope, "check": _check}
+    return commands[args.command](args)
+
+
+def _fit_envelope(args) -> int:
+    """``aneforge fit-envelope``: fit, print the peaks with their witnesses, write."""
+    log = read_log(args.log)
+    envelopes = fit_envelope(log.rows, backend=args.backend, margin=args.margin)
+    for env in envelopes.values():
+        print(f"{env.backend}:")
+        for leg, peak, unit, w in (
+            ("peak_flops", env.peak_flops, "FLOP/s", env.flops_witness),
+            ("peak_bandwidth", env.peak_bandwidth, "B/s", env.bandwidth_witness),
+        ):
+            if peak is None:
+                print(f"  {leg}: none (no row is exact on this leg)")
+                continue
+            print(
+                f"  {leg}: {peak:.4g} {unit} (witness {w.label or '-'} {w.digest}: "
+                f"{w.measured_ms:.6g} ms, {w.achieved:.4g} {unit})"
+            )
+        if env.slack > 1:
+            print(f"  fission slack: both peaks x{env.slack:.4g} (a multi-kernel row beat them)")
+        if env.margin > 1:
+            print(f"  margin: x{env.margin:.4g}")
+    if log.skipped:
+        print(f"skipped {log.skipped} malformed line(s) of {args.log}")
+    path = save_envelopes(envelopes, args.output)
+    if args.output:
+        print(f"wrote {path}; set ANEFORGE_ENVELOPE_FILE={path} for the kernel cost model")
+    else:
+        print(
+            f"wrote {path}; the kernel cost model reads it from there "
+            "(set ANEFORGE_ENVELOPE_FILE to move it)"
+        )
+    return 0
 
 
 def _drop_stdout() -> None:

@@ -67,6 +67,11 @@ class FileReadError(AneforgeError, OSError):
     larger than the limit for its kind."""
 
 
+class ConfigFileError(AneforgeError, ValueError):
+    """A configuration file aneforge reads (the kernel envelope) is malformed; the
+    message names the file and the problem, and how to rewrite it."""
+
+
 class BundledDataError(AneforgeError, RuntimeError):
     """A data file shipped inside aneforge (``aneforge/data``) is missing or malformed:
     the installation is broken, not the call; reinstall aneforge or rerun the script
@@ -97,3 +102,9 @@ class FastPathWarning(AneforgeWarning, RuntimeWarning):
     """A compiled emulator kernel cannot be used here (numba does not import, or the kernel
     does not compile or fails its first-use check); the NumPy reference serves every call
     instead, with the same bits, only slower. Issued once per process and cause."""
+
+
+class BoundViolationWarning(AneforgeWarning):
+    """A measured time beats the bound its exact counts and the envelope give: the
+    envelope's peaks are too low for this device (refit them with
+    ``aneforge fit-envelope``). Issued once per backend, device and code digest."""

@@ -1,5 +1,5 @@
-"""The kernel layer: loop nests, their bounds, and (in later modules) the calibration log
-and the envelope its measurements fit.
+"""The kernel layer: loop nests, their bounds, the calibration log and the envelope its
+measurements fit.
 
 - :mod:`~aneforge.kernel.ir`: the loop-nest IR (buffers, affine indices, scalars,
   statements), with the engine's fp16 numerics;
@@ -10,7 +10,10 @@ and the envelope its measurements fit.
 - :mod:`~aneforge.kernel.images`: the cardinality of affine access images;
 - :mod:`~aneforge.kernel.analyze`: FLOPs and bytes, the upper bound ``analyze`` and its
   dual ``completion_floor``, and ``roofline_seconds``;
-- :mod:`~aneforge.kernel.recompute`: the price of one cell of a node's template.
+- :mod:`~aneforge.kernel.recompute`: the price of one cell of a node's template;
+- :mod:`~aneforge.kernel.calibration`: the calibration log's schema (its one owner);
+- :mod:`~aneforge.kernel.envelope`: a backend's peaks fitted to the log, the envelope
+  file, and the agreement check of a measurement against its bound.
 
 Example:
     >>> import aneforge as af
@@ -23,13 +26,17 @@ Example:
 """
 
 from .analyze import Floor, Footprint, Summary, analyze, completion_floor, roofline_seconds
+from .calibration import CalibrationRow, read_log
+from .envelope import Envelope, check_agreement, fit_envelope, load_envelopes
 from .interpret import Execution, execute
 from .lower import Lowered, Placement, lower, region_nodes
 from .printer import to_text
 from .recompute import CellCost, producer_cost, recompute_cost, template_cost
 
 __all__ = [
+    "CalibrationRow",
     "CellCost",
+    "Envelope",
     "Execution",
     "Floor",
     "Footprint",
@@ -37,10 +44,14 @@ __all__ = [
     "Placement",
     "Summary",
     "analyze",
+    "check_agreement",
     "completion_floor",
     "execute",
+    "fit_envelope",
+    "load_envelopes",
     "lower",
     "producer_cost",
+    "read_log",
     "recompute_cost",
     "region_nodes",
     "roofline_seconds",

@@ -50,6 +50,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from . import envelope
 from .images import canonical_key, disjoint, image_size
 from .ir import (
     SCALAR_OPS,
@@ -445,9 +446,4 @@ def roofline_seconds(result, peak_flops=None, peak_bandwidth=None) -> float | No
         >>> roofline_seconds(Floor(2_000_000, 1000, 1000, True), peak_flops=1e9)
         0.002
     """
-    legs = [
-        work / peak
-        for work, peak in ((result.flops, peak_flops), (result.bytes, peak_bandwidth))
-        if peak is not None
-    ]
-    return max(legs) if legs else None
+    return envelope.roofline_seconds(result.flops, result.bytes, peak_flops, peak_bandwidth)
