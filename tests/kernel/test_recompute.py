@@ -50,3 +50,24 @@ def test_a_node_outside_the_region_is_refused():
     prog = _prog(x.exp())
     with pytest.raises(OptionError, match="is not in"):
         template_cost(prog, prog.fused_regions[0], af.input((4,)))
+
+
+def test_past_the_expansion_limit_the_price_is_composed_from_memoized_costs(monkeypatch):
+    import aneforge.kernel.recompute as rc
+
+    x = af.input((4, 8), name="x")
+    y = x
+    for _ in range(40):  # residual blocks: each output read twice, 2**40 if expanded
+        y = y + (y * 0.5).relu()
+    prog = _prog(y.sum(axis=-1))
+    region, total = prog.fused_regions[0], prog.outputs[0]
+    middle = ["inline"] * len(rc.resolve(prog, region)[0].intermediates)
+    cost = recompute_cost(prog, region, total, middle)  # finishes: composed, memoized
+    assert cost.approx and cost.flops == 8 * (1 + 3 * (2**40 - 1))  # c_k = 3 + 2 c_{k-1}
+    small = x.exp().tanh().sum(axis=-1)
+    prog = _prog(small)
+    region, total = prog.fused_regions[0], prog.outputs[0]
+    exact = recompute_cost(prog, region, total, ["inline", "inline"])
+    monkeypatch.setattr(rc, "EXPAND_LIMIT", 1)
+    composed = recompute_cost(prog, region, total, ["inline", "inline"])
+    assert composed.flops == exact.flops and composed.read_bytes >= exact.read_bytes

@@ -47,6 +47,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -76,7 +77,15 @@ from .ir import (
     it,
 )
 
-__all__ = ["Floor", "Footprint", "Summary", "analyze", "completion_floor", "roofline_seconds"]
+__all__ = [
+    "Floor",
+    "Footprint",
+    "Summary",
+    "analyze",
+    "completion_floor",
+    "read_counts",
+    "roofline_seconds",
+]
 
 
 @dataclass(frozen=True)
@@ -374,6 +383,28 @@ def _by_buffer(accesses):
 
 
 # ---- the public analyses -------------------------------------------------------------------
+
+
+def read_counts(code: Code) -> dict[str, int]:
+    """How many times ``code`` may read each buffer (every read ``Get`` times the trips
+    of its loops; guarded and conditional reads counted as if they run), an upper
+    bound: what an inlined producer's recompute multiplies by.
+
+    Example:
+        >>> from aneforge.kernel.ir import Buffer, Code, For, Get, Set, it
+        >>> i, k = it("i"), it("k")
+        >>> acc = Set("y", (i,), Get("x", (i + k,)), "add")
+        >>> bufs = (Buffer("x", (6,), kind="input"), Buffer("y", (4,), kind="output"))
+        >>> read_counts(Code("w", bufs, (For("i", 0, 3, (For("k", 0, 2, (acc,)),)),)))
+        {'x': 12, 'y': 12}
+    """
+    counts: dict[str, int] = {}
+    for a in _Walk(code, floor=False).run().accesses:
+        if not a.write:
+            trips = math.prod(hi - lo + 1 for lo, hi in a.ranges.values() if hi >= lo)
+            dead = any(hi < lo for lo, hi in a.ranges.values())
+            counts[a.node] = counts.get(a.node, 0) + (0 if dead else trips)
+    return counts
 
 
 def analyze(code: Code) -> Summary:
