@@ -38,7 +38,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph.ops.common import norm_axes, norm_axis, pads, spatial_tuple
+from ..graph.ops.common import norm_axes, norm_axis, spatial_tuple
+from ..graph.ops.contraction import conv_geometry
+from ..graph.ops.spatial import pool_geometry
 from ..graph.tensor import Tensor
 
 LOWERED, DECOMPOSED, NOT_EXPRESSIBLE = "lowered", "decomposed", "not expressible"
@@ -281,12 +283,9 @@ def _linear(cx, node, name):
     return cx.mb.reshape(x=y, shape=list(node.shape), name=name)
 
 
-def _conv_geometry(node, transpose=False):
-    nd = node.srcs[0].ndim - 2
-    a = node.attrs
-    stride = spatial_tuple(node.op, a["stride"], nd, "stride")
-    dil = spatial_tuple(node.op, a["dilation"], nd, "dilation")
-    return nd, list(stride), [list(p) for p in pads(node.op, a["pad"], nd)], list(dil)
+def _conv_geometry(node):
+    g = conv_geometry(node)
+    return len(g.stride), list(g.stride), [list(p) for p in g.pads], list(g.dilation)
 
 
 def _bias_after(cx, node, y, name):
@@ -500,11 +499,9 @@ def _l2_norm(cx, node, name):
 
 def _pool(mil):
     def fn(cx, node, name):
-        nd = node.srcs[0].ndim - 2
         a = node.attrs
-        kern = spatial_tuple(node.op, a["kernel"], nd, "kernel")
-        stride = spatial_tuple(node.op, a["stride"] or kern, nd, "stride")
-        pad = [p for pp in pads(node.op, a["pad"], nd) for p in pp]
+        kern, stride, geo_pads = pool_geometry(node)
+        pad = [p for pp in geo_pads for p in pp]
         kw = {}
         if mil == "avg_pool":
             kw["exclude_padding_from_average"] = not a["count_include_pad"]

@@ -295,7 +295,7 @@ class ConvGeometry(NamedTuple):
 
 
 def conv_geometry(node) -> ConvGeometry:
-    """The validated geometry of ``conv`` node ``node``.
+    """The validated geometry of ``conv`` or ``conv_transpose`` node ``node``.
 
     Example:
         >>> import numpy as np, aneforge as af
@@ -304,7 +304,8 @@ def conv_geometry(node) -> ConvGeometry:
         ConvGeometry(stride=(2, 2), dilation=(1, 1), pads=((1, 1), (1, 1)), kernel=(3, 3), groups=1)
     """
     shapes = [s.shape for s in node.srcs]
-    _, stride, pad, dil, kern, _ = _conv_geometry(node.op, shapes, node.attrs)
+    transpose = node.op == "conv_transpose"
+    _, stride, pad, dil, kern, _ = _conv_geometry(node.op, shapes, node.attrs, transpose)
     return ConvGeometry(tuple(stride), tuple(dil), tuple(pad), tuple(kern), node.attrs["groups"])
 
 
