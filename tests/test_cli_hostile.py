@@ -79,6 +79,19 @@ EXPORT_MISTAKES = (
     + [Bad((w,), ("unrecognized", "argument", "expected")) for w in
        ("--bogus", "--json", "-o", "--seed=1")]
 )  # fmt: skip
+MARGINS = ["0.5", "0", "-1", "nan", "inf", "abc", "", "1e999"]
+BACKENDS = ["nosuch", "", " cpu"]
+OUTPUTS = ["", " ", "/proc/x.json", "afile/x.json", "nodir/x.json", "x.onnx", "img.png",
+           "fifo.onnx", "zero.onnx", "broken.onnx", "link.mlpackage"]  # fmt: skip
+LOGS = ["x.onnx", "fifo.onnx", "zero.onnx", "missing.tsv", "broken.onnx", "", "afile"]
+FIT_MISTAKES = (
+    [b for v in MARGINS for b in _opt("--margin", v, ("--margin", "margin"))]
+    + [b for v in BACKENDS for b in _opt("--backend", v, ("--backend", "backend"))]
+    + [b for v in OUTPUTS for b in _opt("--output", v, ("--output", "envelope file"))]
+    + [Bad((w,), ("unrecognized", "argument", "expected")) for w in
+       ("--bogus", "--json", "--seed=1", "--output")]
+)  # fmt: skip
+FIT_GOOD = [("--margin", "2"), ("--backend", "cpu"), ("--output", "new.json")]
 CHECK_GOOD = [("--seed", "3"), ("--target", "M1"), ("--max-error", "0.5"), ("--layers", "2"),
               ("--json",), ("--input-range=-1:1",), ("--export", "new.mlpackage"),
               ("--plot", "new.png")]  # fmt: skip
@@ -111,6 +124,9 @@ def traps(tmp_path, monkeypatch):
     (deep / "Data" / "com.apple.CoreML" / "model.mlmodel").write_bytes(b"")
     (deep / "Manifest.json").write_text("[" * 100_000 + "]" * 100_000)
     (tmp_path / "img.png").mkdir()
+    (tmp_path / "cal.tsv").write_text(  # a well-formed calibration log of backend cpu
+        "cpu\tgemm____/00000000\t\tgemm\t1.000000\t\t1\t2000000\t1000\t0\t0\t0\n"
+    )
 
     def snapshot():
         seen = []
@@ -135,8 +151,9 @@ def _key(words) -> str:
 def _case(rng, command: str) -> tuple[list[str], list[Bad]]:
     """A command line with one to three option mistakes, good options that do not
     override them, maybe --force, and a good or bad model, shuffled."""
-    mistakes = CHECK_MISTAKES if command == "check" else EXPORT_MISTAKES
-    good = CHECK_GOOD if command == "check" else EXPORT_GOOD
+    mistakes = {"check": CHECK_MISTAKES, "export": EXPORT_MISTAKES, "fit-envelope": FIT_MISTAKES}
+    mistakes = mistakes[command]
+    good = {"check": CHECK_GOOD, "export": EXPORT_GOOD, "fit-envelope": FIT_GOOD}[command]
     bad, taken = [], set()
     for i in rng.choice(len(mistakes), size=rng.integers(1, 4), replace=False):
         if _key(mistakes[i].words) not in taken:  # a later value of one option would win
@@ -148,17 +165,26 @@ def _case(rng, command: str) -> tuple[list[str], list[Bad]]:
     words += [list(good[i]) for i in some]
     if command == "export" and "-o" not in taken:
         words.append(["-o", "new.mlpackage"])  # else its absence is the first mistake
-    if rng.random() < 0.3:
-        words.append(["--force"])
-    if rng.random() < 0.3:
-        model = str(rng.choice(MODELS))
-        bad.append(Bad((model,), ("model",)))
+    if command == "fit-envelope":
+        if rng.random() < 0.3:
+            log = str(rng.choice(LOGS))
+            bad.append(Bad((log,), ("calibration log", "log")))
+        else:
+            log = "cal.tsv"
+        words.append([log])
     else:
-        model = "cnn" if command == "export" or rng.random() < 0.5 else None
-    if model is not None:
-        words.append([model])
+        if rng.random() < 0.3:
+            words.append(["--force"])
+        if rng.random() < 0.3:
+            model = str(rng.choice(MODELS))
+            bad.append(Bad((model,), ("model",)))
+        else:
+            model = "cnn" if command == "export" or rng.random() < 0.5 else None
+        if model is not None:
+            words.append([model])
     rng.shuffle(words)
-    lone = [g for g in words if len(g) == 1 and g[0] in ("--seed", "--export", "--plot", "-o")]
+    valueless = ("--seed", "--export", "--plot", "-o", "--output")
+    lone = [g for g in words if len(g) == 1 and g[0] in valueless]
     words = [g for g in words if not any(g is x for x in lone)] + lone  # valueless: last
     argv = [command] + [w for group in words for w in group]
     if not any(b.force_proof for b in bad):  # --force would make a foreign path good
@@ -171,7 +197,8 @@ def test_bad_command_lines_exit_2_with_one_line_and_touch_nothing(traps, capsys)
     rng = np.random.default_rng(SEED)
     before = traps()
     for i in range(CASES):
-        command = "check" if rng.random() < 0.75 else "export"
+        roll = rng.random()
+        command = "check" if roll < 0.6 else "export" if roll < 0.8 else "fit-envelope"
         argv, bad = _case(rng, command)
         code = main(argv)
         out, err = capsys.readouterr()
@@ -200,11 +227,12 @@ def test_force_is_never_reached_before_the_other_mistakes(traps, capsys, command
 
 
 def test_the_generator_covers_every_option(traps):
-    """Every option of both subcommands has mistakes in the generator."""
+    """Every option of every subcommand has mistakes in the generator."""
     from aneforge.cli import _parser
 
     sub = _parser()._subparsers._group_actions[0].choices
-    drawn = {w.split("=")[0] for b in CHECK_MISTAKES + EXPORT_MISTAKES for w in b.words}
+    everything = CHECK_MISTAKES + EXPORT_MISTAKES + FIT_MISTAKES
+    drawn = {w.split("=")[0] for b in everything for w in b.words}
     for name, parser in sub.items():
         for action in parser._actions:
             flags = [f for f in action.option_strings if f not in ("-h", "--help")]

@@ -43,7 +43,7 @@ from .io.coreml_export import export_coreml
 from .io.coreml_package import check_package_path
 from .io.onnx_import import from_onnx
 from .kernel.calibration import read_log
-from .kernel.envelope import fit_envelope, save_envelopes
+from .kernel.envelope import check_margin, check_output_path, fit_envelope, save_envelopes
 from .plot import check_plot_path, plot_reports
 from .report import (
     DEFAULT_CHIP,
@@ -617,8 +617,12 @@ def _dispatch(argv) -> int:
 
 def _fit_envelope(args) -> int:
     """``aneforge fit-envelope``: fit, print the peaks with their witnesses, write."""
+    check_margin(args.margin)  # every option is checked before any work
+    if args.output is not None:
+        check_output_path(args.output)
     log = read_log(args.log)
     envelopes = fit_envelope(log.rows, backend=args.backend, margin=args.margin)
+    path = save_envelopes(envelopes, args.output)  # written first: an error prints nothing
     for env in envelopes.values():
         print(f"{env.backend}:")
         for leg, peak, unit, w in (
@@ -638,7 +642,6 @@ def _fit_envelope(args) -> int:
             print(f"  margin: x{env.margin:.4g}")
     if log.skipped:
         print(f"skipped {log.skipped} malformed line(s) of {args.log}")
-    path = save_envelopes(envelopes, args.output)
     if args.output:
         print(f"wrote {path}; set ANEFORGE_ENVELOPE_FILE={path} for the kernel cost model")
     else:

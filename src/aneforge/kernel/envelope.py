@@ -51,6 +51,8 @@ __all__ = [
     "Witness",
     "bound_seconds",
     "check_agreement",
+    "check_margin",
+    "check_output_path",
     "envelope_path",
     "fit_envelope",
     "load_envelopes",
@@ -158,10 +160,7 @@ def fit_envelope(rows, backend: str | None = None, margin: float = 1.0) -> dict[
     Raises :class:`~aneforge.errors.OptionError` for a margin below 1 or not finite, a
     backend with no row, or no rows at all.
     """
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)):
-        raise OptionError(f"fit-envelope: margin must be a number >= 1, got {margin!r}")
-    if not math.isfinite(margin) or margin < 1:
-        raise OptionError(f"fit-envelope: margin must be a finite number >= 1, got {margin!r}")
+    check_margin(margin)
     by_backend: dict[str, list[CalibrationRow]] = {}
     for r in rows:
         by_backend.setdefault(r.backend, []).append(r)
@@ -174,6 +173,42 @@ def fit_envelope(rows, backend: str | None = None, margin: float = 1.0) -> dict[
             )
         by_backend = {backend: by_backend[backend]}
     return {b: _fit_one(b, rs, float(margin)) for b, rs in sorted(by_backend.items())}
+
+
+def check_margin(margin) -> float:
+    """``margin`` if it is a finite number >= 1, else an :class:`OptionError`."""
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)):
+        raise OptionError(f"fit-envelope: margin must be a number >= 1, got {margin!r}")
+    if not math.isfinite(margin) or margin < 1:
+        raise OptionError(f"fit-envelope: margin must be a finite number >= 1, got {margin!r}")
+    return float(margin)
+
+
+def check_output_path(path) -> Path:
+    """``path`` as a place to write an envelope file: a new name in an existing folder,
+    or an existing regular file (replaced). Anything else (a folder, a link, a FIFO, a
+    missing folder) is an :class:`OptionError` before any work.
+
+    Example:
+        >>> try:
+        ...     check_output_path("")
+        ... except OptionError as err:
+        ...     print(err)
+        fit-envelope: --output is empty; give a file path such as envelope.json
+    """
+    if not str(path).strip():
+        raise OptionError("fit-envelope: --output is empty; give a file path such as envelope.json")
+    p = Path(path)
+    if p.is_symlink() or (p.exists() and not p.is_file()):
+        raise OptionError(
+            f"fit-envelope: --output {str(p)!r} exists and is not a regular file; give a new "
+            "file name or a file to replace"
+        )
+    if not p.parent.is_dir():
+        raise OptionError(
+            f"fit-envelope: --output {str(p)!r}: the folder {str(p.parent)!r} does not exist"
+        )
+    return p
 
 
 def envelope_path() -> Path:
