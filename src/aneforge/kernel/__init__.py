@@ -13,7 +13,9 @@ measurements fit.
 - :mod:`~aneforge.kernel.recompute`: the price of one cell of a node's template;
 - :mod:`~aneforge.kernel.calibration`: the calibration log's schema (its one owner);
 - :mod:`~aneforge.kernel.envelope`: a backend's peaks fitted to the log, the envelope
-  file, and the agreement check of a measurement against its bound.
+  file, and the agreement check of a measurement against its bound;
+- :mod:`~aneforge.kernel.placement`: branch and bound over a region's placements, pruned
+  by the completion floor under an envelope.
 
 Example:
     >>> import aneforge as af
@@ -30,6 +32,7 @@ from .calibration import CalibrationRow, read_log
 from .envelope import Envelope, check_agreement, fit_envelope, load_envelopes
 from .interpret import Execution, execute
 from .lower import Lowered, Placement, lower, region_nodes
+from .placement import SearchResult, search_placements
 from .printer import to_text
 from .recompute import CellCost, producer_cost, recompute_cost, template_cost
 
@@ -42,6 +45,7 @@ __all__ = [
     "Footprint",
     "Lowered",
     "Placement",
+    "SearchResult",
     "Summary",
     "analyze",
     "check_agreement",
@@ -55,6 +59,7 @@ __all__ = [
     "recompute_cost",
     "region_nodes",
     "roofline_seconds",
+    "search_placements",
     "template_cost",
     "to_text",
 ]
