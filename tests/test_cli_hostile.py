@@ -92,6 +92,18 @@ FIT_MISTAKES = (
        ("--bogus", "--json", "--seed=1", "--output")]
 )  # fmt: skip
 FIT_GOOD = [("--margin", "2"), ("--backend", "cpu"), ("--output", "new.json")]
+EXPS = ["-1", "27", "abc", "", "1.5", "99"]
+REPEATS = ["0", "-2", "abc", "", "1.5"]
+PROBE_MISTAKES = (
+    [b for v in EXPS for b in _opt("--min-exp", v, ("--min-exp", "min-exp"))]
+    + [b for v in EXPS for b in _opt("--max-exp", v, ("--max-exp", "max-exp"))]
+    + [b for v in REPEATS for b in _opt("--repeats", v, ("--repeats", "repeats"))]
+    + [b for v in ["", " ", "a\tb"] for b in _opt("--backend", v, ("--backend",))]
+    + [Bad((w,), ("unrecognized", "argument", "expected")) for w in ("--bogus", "--output=x")]
+)  # fmt: skip
+PROBE_GOOD = [("--min-exp", "4"), ("--max-exp", "6"), ("--repeats", "1"), ("--backend", "cpu")]
+PROBE_LOGS = ["", " ", "/proc/x.tsv", "afile/x.tsv", "nodir/x.tsv", "x.onnx", "img.png",
+              "fifo.onnx", "zero.onnx", "broken.onnx", "link.mlpackage"]  # fmt: skip
 CHECK_GOOD = [("--seed", "3"), ("--target", "M1"), ("--max-error", "0.5"), ("--layers", "2"),
               ("--json",), ("--input-range=-1:1",), ("--export", "new.mlpackage"),
               ("--plot", "new.png")]  # fmt: skip
@@ -151,9 +163,18 @@ def _key(words) -> str:
 def _case(rng, command: str) -> tuple[list[str], list[Bad]]:
     """A command line with one to three option mistakes, good options that do not
     override them, maybe --force, and a good or bad model, shuffled."""
-    mistakes = {"check": CHECK_MISTAKES, "export": EXPORT_MISTAKES, "fit-envelope": FIT_MISTAKES}
-    mistakes = mistakes[command]
-    good = {"check": CHECK_GOOD, "export": EXPORT_GOOD, "fit-envelope": FIT_GOOD}[command]
+    mistakes = {
+        "check": CHECK_MISTAKES,
+        "export": EXPORT_MISTAKES,
+        "fit-envelope": FIT_MISTAKES,
+        "calibrate-bandwidth": PROBE_MISTAKES,
+    }[command]
+    good = {
+        "check": CHECK_GOOD,
+        "export": EXPORT_GOOD,
+        "fit-envelope": FIT_GOOD,
+        "calibrate-bandwidth": PROBE_GOOD,
+    }[command]
     bad, taken = [], set()
     for i in rng.choice(len(mistakes), size=rng.integers(1, 4), replace=False):
         if _key(mistakes[i].words) not in taken:  # a later value of one option would win
@@ -165,7 +186,14 @@ def _case(rng, command: str) -> tuple[list[str], list[Bad]]:
     words += [list(good[i]) for i in some]
     if command == "export" and "-o" not in taken:
         words.append(["-o", "new.mlpackage"])  # else its absence is the first mistake
-    if command == "fit-envelope":
+    if command == "calibrate-bandwidth":
+        if rng.random() < 0.3:
+            log = str(rng.choice(PROBE_LOGS))
+            bad.append(Bad((log,), ("LOG",)))
+        else:
+            log = "new.tsv"
+        words.append([log])
+    elif command == "fit-envelope":
         if rng.random() < 0.3:
             log = str(rng.choice(LOGS))
             bad.append(Bad((log,), ("calibration log", "log")))
@@ -198,7 +226,10 @@ def test_bad_command_lines_exit_2_with_one_line_and_touch_nothing(traps, capsys)
     before = traps()
     for i in range(CASES):
         roll = rng.random()
-        command = "check" if roll < 0.6 else "export" if roll < 0.8 else "fit-envelope"
+        command = (
+            "check" if roll < 0.55 else "export" if roll < 0.75
+            else "fit-envelope" if roll < 0.9 else "calibrate-bandwidth"
+        )  # fmt: skip
         argv, bad = _case(rng, command)
         code = main(argv)
         out, err = capsys.readouterr()
@@ -231,7 +262,7 @@ def test_the_generator_covers_every_option(traps):
     from aneforge.cli import _parser
 
     sub = _parser()._subparsers._group_actions[0].choices
-    everything = CHECK_MISTAKES + EXPORT_MISTAKES + FIT_MISTAKES
+    everything = CHECK_MISTAKES + EXPORT_MISTAKES + FIT_MISTAKES + PROBE_MISTAKES
     drawn = {w.split("=")[0] for b in everything for w in b.words}
     for name, parser in sub.items():
         for action in parser._actions:

@@ -42,8 +42,9 @@ from .graph.ranges import check_range
 from .io.coreml_export import export_coreml
 from .io.coreml_package import check_package_path
 from .io.onnx_import import from_onnx
-from .kernel.calibration import read_log
+from .kernel.calibration import append_rows, read_log
 from .kernel.envelope import check_margin, check_output_path, fit_envelope, save_envelopes
+from .kernel.stream import bandwidth_rows
 from .plot import check_plot_path, plot_reports
 from .report import (
     DEFAULT_CHIP,
@@ -181,6 +182,18 @@ def _parser() -> argparse.ArgumentParser:
         "--margin", type=float, default=1.0, help="scale both peaks by M >= 1 (default 1)"
     )
     fit.add_argument("--output", metavar="PATH", help="write the envelope file here instead")
+    probe = sub.add_parser(
+        "calibrate-bandwidth",
+        help="time STREAM-style bytes-exact kernels and append calibration rows to LOG",
+        description="Time the copy, scale and add probes (exact byte counts, no guards) at "
+        "power-of-two sizes 2**MIN..2**MAX and append one calibration row per probe and "
+        "size to LOG (created if missing), for aneforge fit-envelope.",
+    )
+    probe.add_argument("log", help="the calibration log to append to (.tsv)")
+    probe.add_argument("--min-exp", type=int, default=12, help="smallest size 2**N (default 12)")
+    probe.add_argument("--max-exp", type=int, default=24, help="largest size 2**N (default 24)")
+    probe.add_argument("--repeats", type=int, default=5, help="timings per probe, best kept")
+    probe.add_argument("--backend", default="cpu", help="the rows' backend name (default cpu)")
     return parser
 
 
@@ -611,8 +624,30 @@ def _dispatch(argv) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    commands = {"export": _export_command, "fit-envelope": _fit_envelope, "check": _check}
+    commands = {
+        "export": _export_command,
+        "fit-envelope": _fit_envelope,
+        "calibrate-bandwidth": _calibrate_bandwidth,
+        "check": _check,
+    }
     return commands[args.command](args)
+
+
+def _calibrate_bandwidth(args) -> int:
+    """``aneforge calibrate-bandwidth``: time the probes, append their rows, say where."""
+    check_output_path(args.log, "calibrate-bandwidth: LOG")
+    if not (0 <= args.min_exp <= args.max_exp <= 26):
+        raise OptionError(
+            f"calibrate-bandwidth: sizes 2**{args.min_exp}..2**{args.max_exp} must satisfy "
+            "0 <= --min-exp <= --max-exp <= 26"
+        )
+    if not args.backend.strip() or any(c in args.backend for c in "\t\r\n"):
+        raise OptionError(f"calibrate-bandwidth: --backend {args.backend!r} is not a name")
+    sizes = [1 << k for k in range(args.min_exp, args.max_exp + 1)]
+    rows = bandwidth_rows(sizes, args.repeats, args.backend, progress=print)
+    count = append_rows(args.log, rows)
+    print(f"appended {count} row(s) to {args.log}; fit them with: aneforge fit-envelope {args.log}")
+    return 0
 
 
 def _fit_envelope(args) -> int:

@@ -15,7 +15,8 @@ measurements fit.
 - :mod:`~aneforge.kernel.envelope`: a backend's peaks fitted to the log, the envelope
   file, and the agreement check of a measurement against its bound;
 - :mod:`~aneforge.kernel.placement`: branch and bound over a region's placements, pruned
-  by the completion floor under an envelope.
+  by the completion floor under an envelope;
+- :mod:`~aneforge.kernel.stream`: STREAM-style bandwidth probes as calibration rows.
 
 Example:
     >>> import aneforge as af

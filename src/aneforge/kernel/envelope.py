@@ -184,10 +184,10 @@ def check_margin(margin) -> float:
     return float(margin)
 
 
-def check_output_path(path) -> Path:
-    """``path`` as a place to write an envelope file: a new name in an existing folder,
-    or an existing regular file (replaced). Anything else (a folder, a link, a FIFO, a
-    missing folder) is an :class:`OptionError` before any work.
+def check_output_path(path, what: str = "fit-envelope: --output") -> Path:
+    """``path`` as a place to write a file: a new name in an existing folder, or an
+    existing regular file (replaced, or appended to). Anything else (a folder, a link, a
+    FIFO, a missing folder) is an :class:`OptionError` naming ``what``, before any work.
 
     Example:
         >>> try:
@@ -197,17 +197,15 @@ def check_output_path(path) -> Path:
         fit-envelope: --output is empty; give a file path such as envelope.json
     """
     if not str(path).strip():
-        raise OptionError("fit-envelope: --output is empty; give a file path such as envelope.json")
+        raise OptionError(f"{what} is empty; give a file path such as envelope.json")
     p = Path(path)
     if p.is_symlink() or (p.exists() and not p.is_file()):
         raise OptionError(
-            f"fit-envelope: --output {str(p)!r} exists and is not a regular file; give a new "
-            "file name or a file to replace"
+            f"{what} {str(p)!r} exists and is not a regular file; give a new file name or "
+            "a regular file"
         )
     if not p.parent.is_dir():
-        raise OptionError(
-            f"fit-envelope: --output {str(p)!r}: the folder {str(p.parent)!r} does not exist"
-        )
+        raise OptionError(f"{what} {str(p)!r}: the folder {str(p.parent)!r} does not exist")
     return p
 
 
