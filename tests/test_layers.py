@@ -26,7 +26,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "aneforge"
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
-        "errors _version gcpause tables",
+        "errors _version gcpause tables cachedir",
         "data limits",
         "graph",
         "targets",

@@ -42,6 +42,7 @@ import time
 import warnings
 from pathlib import Path
 
+from ..cachedir import default_cache_dir
 from ..errors import AneforgeWarning, FileReadError, OptionError
 from ..limits import read_regular_file
 
@@ -49,15 +50,6 @@ SCHEMA_VERSION = 1
 MAX_ENTRY_BYTES = 2**20  # an entry is a few KiB; anything past 1 MiB is not one of ours
 STALE_TMP_S = 300.0  # a temp file this old belongs to a writer that died
 _TMP_PREFIX, _TMP_SUFFIX = ".tune-", ".tmp"
-
-
-def default_cache_dir() -> Path:
-    """The cache folder per the environment (see module docstring)."""
-    if os.environ.get("ANEFORGE_CACHE_DIR"):
-        return Path(os.environ["ANEFORGE_CACHE_DIR"])
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]) / "aneforge"
-    return Path.home() / ".cache" / "aneforge"
 
 
 def _is_number(value, allow_inf: bool = False) -> bool:
