@@ -264,6 +264,15 @@ class LoopNest:
       cell of a source cell (a reshape merging axes): the op lowers materialized,
       writing each source cell; else it lowers as opaque.
 
+    ``scalar``, where given (elementwise ops only), is the record's fp16 kernel at one
+    cell as an expression over the loop-nest IR's scalar ops: ``scalar(attrs)`` returns
+    a nested tuple ``(op, arg, ...)`` whose ``op`` names a scalar op
+    (:data:`aneforge.kernel.ir.SCALAR_OPS`: each computes in float64 and rounds once
+    to fp16) and whose ``arg`` is an operand's position, a nested tuple, or
+    ``("const", value)`` (held in fp16). Compiled kernels evaluate the op by it; a test
+    holds it to the record's kernel bit for bit. Unary ops need none (they run as a
+    table of their kernel over every fp16 value).
+
     Example:
         >>> from aneforge.graph.registry import get_op
         >>> get_op("sum").nest.combine, get_op("group_norm").nest is None
@@ -278,6 +287,7 @@ class LoopNest:
     form: str | None = None
     per_channel: bool = False
     scatter: IndexRule | None = None
+    scalar: Callable | None = None
 
     def __post_init__(self):
         if self.kind not in NEST_KINDS:

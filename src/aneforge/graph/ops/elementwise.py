@@ -25,7 +25,15 @@ import math
 
 import numpy as np
 
-from ..facts import ELEMENTWISE_NEST, Flag, all_sources, any_source, nonnegative, signed
+from ..facts import (
+    ELEMENTWISE_NEST,
+    Flag,
+    LoopNest,
+    all_sources,
+    any_source,
+    nonnegative,
+    signed,
+)
 from ..fp16 import FP16_MAX
 from ..ranges import ETA16, INF, U16, Interval, corners, hull_of_values, weight_value
 from ..registry import OpDef, choice_attr, float_attr, get_op, register
@@ -374,8 +382,9 @@ def unary_op(name, fn, doc, range, sign, attrs=None, flags=(), **facts) -> OpDef
     )
 
 
-def binary_op(name, fn, doc, range, sign, flags=()) -> OpDef:  # noqa: A002
-    """The record of a binary elementwise op (NumPy broadcasting) computing ``fn``."""
+def binary_op(name, fn, doc, range, sign, flags=(), scalar=None) -> OpDef:  # noqa: A002
+    """The record of a binary elementwise op (NumPy broadcasting) computing ``fn``;
+    ``scalar`` names the loop-nest scalar op with the same bits, where one does."""
     return fused_op(
         name,
         2,
@@ -387,8 +396,15 @@ def binary_op(name, fn, doc, range, sign, flags=()) -> OpDef:  # noqa: A002
         sign=sign,
         range=range,
         flags=(*flags, Flag.ELEMENTWISE, Flag.BINARY),
-        nest=ELEMENTWISE_NEST,
+        nest=_scalar_nest(scalar),
     )
+
+
+def _scalar_nest(scalar: str | None) -> LoopNest:
+    """The elementwise loop nest of a binary op equal to scalar op ``scalar`` (or None)."""
+    if scalar is None:
+        return ELEMENTWISE_NEST
+    return LoopNest("elementwise", scalar=lambda attrs: (scalar, 0, 1))
 
 
 def _binary_shape(name):
@@ -514,10 +530,10 @@ UNARY = {op.name: op for op in _UNARY_OPS}
 
 _COMM, _ASSOC = Flag.COMMUTATIVE, Flag.ASSOCIATIVE
 _BINARY_OPS = (
-    binary_op("add", np.add, "a + b", _sum_range, all_sources, (_COMM, _ASSOC)),
-    binary_op("sub", np.subtract, "a - b", _sum_range, signed),
-    binary_op("mul", np.multiply, "a * b", _mul_range, _mul_sign, (_COMM, _ASSOC, _MUL)),
-    binary_op("div", np.divide, "a / b", _div_range, all_sources, (_MUL,)),
+    binary_op("add", np.add, "a + b", _sum_range, all_sources, (_COMM, _ASSOC), "add"),
+    binary_op("sub", np.subtract, "a - b", _sum_range, signed, scalar="sub"),
+    binary_op("mul", np.multiply, "a * b", _mul_range, _mul_sign, (_COMM, _ASSOC, _MUL), "mul"),
+    binary_op("div", np.divide, "a / b", _div_range, all_sources, (_MUL,), "div"),
     binary_op(
         "maximum", np.maximum, "elementwise max (nan propagates)", _SAME_TINY, any_source, (_COMM,)
     ),
@@ -528,6 +544,12 @@ _BINARY_OPS = (
 )
 #: The binary elementwise records by name.
 BINARY = {op.name: op for op in _BINARY_OPS}
+
+# The loop-nest scalar op of each comparison (the same 1.0 / 0.0, nan comparing false).
+_COMPARE_SCALAR = {
+    "equal": "eq", "not_equal": "ne", "less": "lt", "less_equal": "le",
+    "greater": "gt", "greater_equal": "ge",
+}  # fmt: skip
 
 # name -> (float64 function, proof it is always true, proof it is always false)
 COMPARE = {
@@ -572,7 +594,7 @@ for _name, (_fn, _always, _never) in COMPARE.items():
             sign=nonnegative,
             range=_compare_range(_always, _never),
             flags=(Flag.ELEMENTWISE, Flag.BINARY),
-            nest=ELEMENTWISE_NEST,
+            nest=_scalar_nest(_COMPARE_SCALAR[_name]),
         )
     )
 

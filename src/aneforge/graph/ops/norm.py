@@ -94,6 +94,19 @@ def _batch_norm(a, inputs, attrs):
     return _affine(a, y, [x] + list(inputs[3:]), attrs, shape)
 
 
+def _batch_norm_scalar(attrs):
+    """batch_norm's steps at one cell of ``[x, mean, var, (weight), (bias)]`` as scalar
+    ops (:class:`~aneforge.graph.facts.LoopNest`), each rounded as :func:`_batch_norm`
+    rounds it."""
+    y = ("mul", ("sub", 0, 1), ("rsqrt", ("add", 2, ("const", attrs["eps"]))))
+    nxt = 3
+    if attrs.get("has_weight"):
+        y, nxt = ("mul", y, nxt), nxt + 1
+    if attrs.get("has_bias"):
+        y = ("add", y, nxt)
+    return y
+
+
 def _batch_norm_emulate(inputs, attrs, arith=None):
     """batch_norm's fp16 steps (those of :func:`_batch_norm`) in float32: the per-element
     steps are - and * of fp16 values, whose float32 results round to the same fp16 bits
@@ -585,7 +598,7 @@ def _group_layout(in_shapes, attrs):
 # The loop nests: batch_norm a per-channel map; the row norms their statistics per row
 # (group_norm's groups are not affine in the channel index: it lowers as opaque).
 _NESTS = {
-    "batch_norm": LoopNest("elementwise", per_channel=True),
+    "batch_norm": LoopNest("elementwise", per_channel=True, scalar=_batch_norm_scalar),
     "layer_norm": LoopNest("row", form="layer_norm"),
     "rms_norm": LoopNest("row", form="rms_norm"),
     "l2_norm": LoopNest("row", form="l2_norm"),
