@@ -33,6 +33,8 @@ from .analysis.precision import (
 from .compiler import Program
 from .compiler.preflight import PreflightReport, Violation, preflight
 from .compiler.program import register_exporter
+from .emulator.interpreter import set_region_runner
+from .kernel.compiled import execute_regions
 from .cost import Estimate, estimate, estimate_breakdown
 from .cost.simulated import SimulatedANE
 from .devices import (
@@ -96,6 +98,7 @@ from .targets import estimate_provenance, project_peak, resolve_target, targets
 register_device("simulated-ane", SimulatedANE)
 _coreml_device.register()
 register_exporter("coreml", export_coreml)
+set_region_runner(execute_regions)
 
 __all__ = [
     *_graph.__all__,

@@ -60,11 +60,27 @@ def execute(program, inputs, kernel, weight_value, observe=None) -> list:
     return [env[id(t)] for t in program.outputs]
 
 
-def execute_fp16(program, inputs, fast: bool = True, target=None, observe=None) -> list[np.ndarray]:
+#: The runner of whole fused regions as compiled kernels, registered by the package's
+#: composition root (:mod:`aneforge.kernel.compiled`); None runs every node in turn.
+_region_runner = None
+
+
+def set_region_runner(runner) -> None:
+    """Register ``runner(program, inputs, node_kernel, chip)`` (or None): the fast
+    path's execution of whole fused regions, bit-identical to running node by node."""
+    global _region_runner
+    _region_runner = runner
+
+
+def execute_fp16(
+    program, inputs, fast: bool = True, target=None, observe=None, regions: bool = True
+) -> list[np.ndarray]:
     """Run ``program`` in the engine's fp16 arithmetic; inputs are fp16 arrays.
 
-    ``fast`` selects the compiled kernels (matmul, batch_norm); ``fast=False`` is the plain NumPy
-    reference interpreter. Both give the same bits. A compiled kernel that cannot load
+    ``fast`` selects the compiled kernels: each fused region as generated loop-nest
+    kernels (:mod:`aneforge.kernel.compiled`; ``regions=False`` runs node by node
+    instead), the matmul and batch_norm; ``fast=False`` is the plain NumPy
+    reference interpreter. All give the same bits. A compiled kernel that cannot load
     here (numba does not import, the kernel does not compile or fails its first-use check)
     hands every call to the reference, with one ``FastPathWarning`` per process saying
     why (:mod:`aneforge.emulator.gemm`). ``target`` (a name, Target or
@@ -72,6 +88,27 @@ def execute_fp16(program, inputs, fast: bool = True, target=None, observe=None) 
     program's own ``target`` is the device's business, not the executor's).
     ``observe(index, node, value)``, when given, sees every node's value as it is made
     (:mod:`aneforge.emulator.trace` records them).
+    """
+    chip = chip_numerics(target)
+    kernel = fp16_kernel(fast, chip)
+    if fast and regions and observe is None and _region_runner is not None:
+        out = _region_runner(program, inputs, kernel, chip)
+        if out is not None:
+            return out
+    return execute(program, inputs, kernel, lambda node: node.value, observe)
+
+
+def fp16_kernel(fast: bool = True, target=None):
+    """The per-node fp16 kernel ``kernel(node, source values) -> value`` of
+    :func:`execute_fp16`: the op's compiled kernel where there is one (``fast``), else
+    its own, on the matmul backend and with the chip numerics of ``target``.
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> x = af.input((2,))
+        >>> y = x + 1.0
+        >>> fp16_kernel()(y, [np.zeros(2, np.float16), np.float16(1.0)])
+        array([1., 1.], dtype=float16)
     """
     chip = chip_numerics(target)
     mm = gemm if fast else gemm_reference
@@ -86,13 +123,12 @@ def execute_fp16(program, inputs, fast: bool = True, target=None, observe=None) 
         return np.asarray(out, dtype=np.float16).reshape(node.shape)
 
     if chip is None:
-        kernel = emulate
-    else:
+        return emulate
 
-        def kernel(node, args):
-            return chip.finish(node, emulate(node, args))
+    def kernel(node, args):
+        return chip.finish(node, emulate(node, args))
 
-    return execute(program, inputs, kernel, lambda node: node.value, observe)
+    return kernel
 
 
 def execute_float64(program, inputs) -> list[np.ndarray]:

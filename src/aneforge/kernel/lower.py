@@ -74,6 +74,9 @@ __all__ = ["Lowered", "Lowerer", "Placement", "lower", "region_nodes", "resolve"
 
 _ARITH = Arith.generic(gemm_reference)
 
+#: Why a node given in ``lower(host=...)`` lowers as opaque code.
+HOST = "runs on the host"
+
 
 class Placement(str, enum.Enum):
     """Where an intermediate node lives."""
@@ -99,14 +102,16 @@ class RegionNodes:
 @dataclass(frozen=True)
 class Lowered:
     """A lowered region: the ``code``, the buffer name of each region input and output
-    (``names[id(node)]``), the placement applied (forced materializations included)
-    and the ops that lowered as opaque code, with why."""
+    (``names[id(node)]``), the placement applied (forced materializations included),
+    the ops that lowered as opaque code, with why, and the ``steps``: each
+    materialized node with the statements of ``code.body`` that write it, in order."""
 
     code: Code
     nodes: RegionNodes
     names: dict
     placement: tuple[Placement, ...]
     opaque: tuple[tuple[str, str], ...]
+    steps: tuple[tuple[Tensor, tuple], ...] = ()
 
     def feeds(self, values: dict) -> dict:
         """The code's input feeds from ``values`` (``id(node)`` -> array) of the
@@ -477,15 +482,17 @@ def _placements(placement, middle) -> list[Placement]:
     return out
 
 
-def resolve(program: Program, region: Region, placement=None):
+def resolve(program: Program, region: Region, placement=None, host=None):
     """``(nodes, chosen, why)``: the region's :class:`RegionNodes`, the placement of
     each intermediate (``chosen[id(node)]``, after the materializations opaque code
-    forces) and, per region node, why it lowers as opaque (None where it does not)."""
+    forces) and, per region node, why it lowers as opaque (None where it does not;
+    ``"runs on the host"`` for the nodes of ``host``)."""
     if region.kind != "fused" or not any(region is r for r in program.fused_regions):
         raise OptionError(f"lower: {region!r} is not a fused region of this program")
     nodes = region_nodes(program, region)
     places = _placements(placement, nodes.intermediates)
-    why = {id(n): _lowerable(n) for n in region.nodes}
+    host = host or {}
+    why = {id(n): HOST if id(n) in host else _lowerable(n) for n in region.nodes}
     forced = {id(n) for n in region.nodes if why[id(n)] or _scatters(n)}
     forced |= {id(s) for n in region.nodes if why[id(n)] for s in n.srcs}
     chosen = {
@@ -496,21 +503,32 @@ def resolve(program: Program, region: Region, placement=None):
 
 
 def lower(
-    program: Program, region: Region, placement: Sequence | None = None, *, name: str = ""
+    program: Program,
+    region: Region,
+    placement: Sequence | None = None,
+    *,
+    name: str = "",
+    host: dict | None = None,
 ) -> Lowered:
     """Lower fused ``region`` of ``program`` with ``placement`` (one
     :class:`Placement` or its name per intermediate of :func:`region_nodes`, in region
     order; None materializes every one): module docstring.
 
+    ``host`` maps ``id(node)`` of region nodes to a function of the node's source
+    arrays giving its fp16 value: those nodes lower as opaque code running it (the
+    compiled regions run contractions and chip-specific nodes so), their sources
+    materialized.
+
     Raises :class:`~aneforge.errors.OptionError` for a region that is not one of
     ``program``'s fused regions or a placement of the wrong length or value.
     """
-    nodes, chosen, why = resolve(program, region, placement)
+    host = host or {}
+    nodes, chosen, why = resolve(program, region, placement, host)
     low = Lowerer(program, nodes)
     final = tuple(chosen[id(n)] for n in nodes.intermediates)
     for n in nodes.inputs:
         low.buffers[id(n)] = Buffer(low.name(n), n.shape or (1,), kind="input")
-    body: tuple = ()
+    steps = []
     outputs = {id(n) for n in nodes.outputs}
     for n in region.nodes:
         if chosen.get(id(n)) is Placement.INLINE:
@@ -518,13 +536,14 @@ def lower(
         buf = Buffer(low.name(n), n.shape or (1,), kind="output" if id(n) in outputs else "temp")
         if why[id(n)]:
             low.opaque.append((n.op, why[id(n)]))
-            body += (_opaque(n, low, buf, why[id(n)]),)
+            steps.append((n, (_opaque(n, low, buf, why[id(n)], host.get(id(n))),)))
         else:
-            body += _nest(n, low, buf)
+            steps.append((n, _nest(n, low, buf)))
         low.buffers[id(n)] = buf
+    body = tuple(st for _, stmts in steps for st in stmts)
     code = Code(name or f"region{region.index}", tuple(low.buffers.values()), body)
     names = {i: b.name for i, b in low.buffers.items()}
-    return Lowered(code, nodes, names, final, tuple(low.opaque))
+    return Lowered(code, nodes, names, final, tuple(low.opaque), tuple(steps))
 
 
 def _nest(node: Tensor, low: Lowerer, buf: Buffer) -> tuple:
@@ -550,11 +569,13 @@ def _nest(node: Tensor, low: Lowerer, buf: Buffer) -> tuple:
     return (stmt,)
 
 
-def _opaque(node: Tensor, low: Lowerer, buf: Buffer, why: str) -> Opaque:
+def _opaque(node: Tensor, low: Lowerer, buf: Buffer, why: str, kernel=None) -> Opaque:
     op, attrs, shapes = get_op(node.op), dict(node.attrs), [s.shape for s in node.srcs]
 
     def run(*arrays):
         args = [a.reshape(shape) for a, shape in zip(arrays, shapes)]
+        if kernel is not None:
+            return kernel(*args)
         return op.emulate(args, attrs, _ARITH)
 
     ins = tuple(low.buffers[id(s)].name for s in node.srcs)

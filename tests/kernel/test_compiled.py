@@ -1,0 +1,194 @@
+"""Compiled regions: generated kernels give the reference interpreter's and the op-by-op
+emulator's bits on random codes, random regions (default, materialized and mixed
+placements, every chip family's numerics, signed zeros, NaN and inf in the data), and the
+emulator's default path runs them, checked and cached."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from random_codes import random_code
+from random_regions import random_region
+
+import aneforge as af
+from aneforge.emulator.chips import chip_numerics
+from aneforge.emulator.interpreter import execute_fp16, fp16_kernel
+from aneforge.errors import FastPathWarning
+from aneforge.graph.registry import get_op
+from aneforge.kernel import compiled
+from aneforge.kernel.codegen import Unsupported, generate, table
+from aneforge.kernel.interpret import execute
+from aneforge.kernel.lower import region_nodes
+
+#: One target per capability family with a MIL path (2..5), and the generic model.
+CHIPS = (None, "h13", "h14", "h15", "h17s")
+SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504, -65504, 6e-8, -6e-8], np.float16)
+
+
+def _same(x, y) -> bool:
+    """Equal bits, every NaN equal to every NaN."""
+    x, y = np.asarray(x), np.asarray(y, dtype=np.asarray(x).dtype)
+    width = np.uint16 if x.dtype == np.float16 else np.uint32
+    nx, ny = np.isnan(x), np.isnan(y)
+    return np.array_equal(nx, ny) and np.array_equal(x.view(width)[~nx], y.view(width)[~ny])
+
+
+def _with_specials(shape, rng, scale=3.0) -> np.ndarray:
+    v = (rng.standard_normal(shape) * scale).astype(np.float16)
+    flat = v.reshape(-1)
+    k = min(flat.size, 3)
+    flat[rng.integers(0, flat.size, k)] = rng.choice(SPECIALS, k)
+    return v
+
+
+def _run_code(code, kernel, feeds):
+    """Run a generated kernel of a whole code on ``feeds``; its output buffers."""
+    bufs = {}
+    for b in code.buffers:
+        if b.kind == "input":
+            value = np.asarray(feeds[b.name]).astype(np.float16 if b.dtype == "fp16" else np.float32)
+            bufs[b.name] = value.view(np.uint16) if b.dtype == "fp16" else value
+        else:  # unwritten cells stay NaN, as the interpreter starts them
+            bufs[b.name] = compiled._storage(b)
+            bufs[b.name][...] = 0x7E00 if b.dtype == "fp16" else np.nan
+    fn = compiled._compile(kernel)
+    fn(*[bufs[n] for n in kernel.buffers], kernel.ints, kernel.consts, *map(table, kernel.tables))
+    return {
+        b.name: bufs[b.name].view(np.float16) if b.dtype == "fp16" else bufs[b.name]
+        for b in code.outputs
+    }
+
+
+def test_generated_kernels_give_the_interpreters_bits_on_random_codes():
+    compiled_codes = 0
+    for seed in range(40):
+        code = random_code(seed)
+        rng = np.random.default_rng(seed)
+        feeds = {b.name: _with_specials(b.shape, rng) for b in code.inputs}
+        want = execute(code, feeds).outputs
+        try:
+            kernel = generate(code, code.body)
+        except Unsupported as exc:  # only transcendental ops of float32 values
+            assert "of a f value" in str(exc), exc
+            continue
+        got = _run_code(code, kernel, feeds)
+        for name in want:
+            assert _same(want[name], got[name]), (seed, name)
+        compiled_codes += 1
+    assert compiled_codes >= 36
+
+
+def _env(prog, xs) -> dict:
+    """``id(node)`` -> value of the program's inputs and weights."""
+    env = dict(zip((id(t) for t in prog.inputs), xs))
+    env.update({id(n): n.value for n in prog.nodes if n.op == "weight"})
+    return env
+
+
+def _node_kernel(chip):
+    """The op-by-op emulator's per-node kernel (fast matmul, chip finish)."""
+    return fp16_kernel(True, chip)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_regions_run_compiled_with_the_op_by_op_bits(seed):
+    rng = np.random.default_rng(seed)
+    prog = af.compile(random_region(seed), opt=0)
+    xs = [_with_specials(t.shape, rng) for t in prog.inputs]
+    chip = CHIPS[seed % len(CHIPS)]
+    want = execute_fp16(prog, xs, target=chip, regions=False)
+    kernel = _node_kernel(chip)
+    numerics = chip_numerics(chip)
+    values = {}
+    execute_fp16(
+        prog, xs, target=chip, observe=lambda i, n, v: values.__setitem__(id(n), v)
+    )
+    for region in prog.fused_regions:
+        middle = region_nodes(prog, region).intermediates
+        host = compiled.host_nodes(region, numerics)
+        placements = [compiled.default_placement(prog, region, host), ["materialize"] * len(middle)]
+        placements.append(list(rng.choice(["materialize", "inline"], len(middle))))
+        for placement in placements:
+            plan = compiled.plan_region(prog, region, kernel, numerics, placement)
+            got = compiled.run_plan(plan, values)
+            for key, value in got.items():
+                assert _same(value, values[key]), (seed, chip, placement)
+    assert all(_same(a, b) for a, b in zip(want, execute_fp16(prog, xs, target=chip)))
+
+
+def test_the_records_scalar_forms_give_their_kernels_bits():
+    rng = np.random.default_rng(7)
+    a = np.concatenate([_with_specials(4000, rng), SPECIALS, SPECIALS])
+    b = np.concatenate([_with_specials(4000, rng), SPECIALS, SPECIALS[::-1]])
+    with_forms = [op for op in ("add", "sub", "mul", "div", "less", "equal", "greater_equal")]
+    for name in with_forms:
+        op = get_op(name)
+        x = af.input(a.shape, name="a")
+        y = af.input(b.shape, name="b")
+        prog = af.compile(getattr(af, name)(x, y) if hasattr(af, name) else None, opt=0)
+        (region,) = prog.fused_regions
+        plan = compiled.plan_region(prog, region, _node_kernel(None))
+        assert op.nest.scalar is not None and not any(
+            not isinstance(s, tuple) for s in plan.steps
+        ), name
+        (got,) = compiled.run_plan(plan, _env(prog, (a, b))).values()
+        assert _same(got, op.emulate([a, b], {}, None)), name
+
+
+def test_batch_norm_runs_compiled_by_its_scalar_form():
+    rng = np.random.default_rng(3)
+    c = 6
+    x = af.input((2, c, 5, 7), name="x")
+    stats = [rng.standard_normal(c), np.abs(rng.standard_normal(c)) + 1e-3]
+    for w, b in ((None, None), (rng.standard_normal(c), None), (rng.standard_normal(c),) * 2):
+        y = af.batch_norm(x, *stats, w, b)
+        prog = af.compile(y, opt=0)
+        (region,) = prog.fused_regions
+        plan = compiled.plan_region(prog, region, _node_kernel(None))
+        xs = [_with_specials((2, c, 5, 7), rng)]
+        (got,) = compiled.run_plan(plan, _env(prog, xs)).values()
+        assert _same(got, execute_fp16(prog, xs, regions=False)[0])
+
+
+def test_the_default_path_runs_big_regions_compiled_and_checks_them_once():
+    rng = np.random.default_rng(11)
+    x = af.input((1, 8, 96, 96), name="x")
+    y = ((x * 0.5).relu() + 1.0).exp().sum(axis=-1)
+    prog = af.compile(y, opt=0)
+    xs = [_with_specials(x.shape, rng)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FastPathWarning)
+        got = execute_fp16(prog, xs)
+    plans = compiled._plans[prog][None]
+    (plan,) = plans.values()
+    assert plan is not None and plan.checked and plan.error is None
+    assert _same(got[0], execute_fp16(prog, xs, regions=False)[0])
+    assert all(compiled._is_verified(k) for k in plan.keys)
+
+
+def test_small_regions_and_observed_runs_go_node_by_node():
+    x = af.input((4, 4), name="x")
+    prog = af.compile(x.exp() + 1.0, opt=0)
+    execute_fp16(prog, [np.zeros((4, 4), np.float16)])
+    assert all(p is None for p in compiled._plans[prog][None].values())
+
+
+def test_a_failing_plan_warns_once_and_falls_back_to_the_same_bits(monkeypatch):
+    rng = np.random.default_rng(2)
+    x = af.input((1, 4, 128, 130), name="x")
+    prog = af.compile((x * 2.0).tanh(), opt=0)
+    xs = [_with_specials(x.shape, rng)]
+
+    def broken(plan, values):
+        out = real(plan, values)
+        return {k: v + np.float16(1) for k, v in out.items()}  # wrong bits
+
+    real = compiled.run_plan
+    monkeypatch.setattr(compiled, "run_plan", broken)
+    monkeypatch.setattr(compiled, "_is_verified", lambda key: False)
+    monkeypatch.setattr(compiled.__dict__["_gemm"], "_warned", set())
+    with pytest.warns(FastPathWarning, match="disagrees with the op-by-op emulator"):
+        got = execute_fp16(prog, xs)
+    assert _same(got[0], execute_fp16(prog, xs, regions=False)[0])
