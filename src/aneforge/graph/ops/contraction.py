@@ -342,13 +342,25 @@ def _im2col(x, kern, stride, dil, groups):
 
 
 def _conv2d(x, w, stride, pad, dil, groups, matmul):
-    """Grouped 2-D convolution of NCHW ``x`` by ``w`` through ``matmul(a3, b3)``."""
-    x = np.pad(x, ((0, 0), (0, 0)) + tuple(pad))
-    cout = w.shape[0]
-    cols, (n, ho, wo) = _im2col(x, w.shape[2:], stride, dil, groups)
-    wmat = w.reshape(groups, cout // groups, -1).transpose(0, 2, 1)
-    y = matmul(cols, wmat)  # (G, N*Ho*Wo, Cout/G)
-    y = y.reshape(groups, n, ho, wo, cout // groups).transpose(1, 0, 4, 2, 3)
+    """Grouped 2-D convolution of NCHW ``x`` by ``w`` through ``matmul(a3, b3)``.
+
+    Each image and group is one product ``W (Cout/G, K) @ patches (K, Ho*Wo)``, K in
+    (c, kh, kw) order: the output comes out in NCHW order (no transpose), and a 1 x 1,
+    stride-1, unpadded convolution reads ``x`` itself as its patches (no copy)."""
+    if any(p != (0, 0) for p in pad):
+        x = np.pad(x, ((0, 0), (0, 0)) + tuple(pad))
+    n, c, cout = x.shape[0], x.shape[1], w.shape[0]
+    kh, kw = w.shape[2:]
+    win = np.lib.stride_tricks.sliding_window_view(
+        x, ((kh - 1) * dil[0] + 1, (kw - 1) * dil[1] + 1), axis=(2, 3)
+    )[:, :, :: stride[0], :: stride[1], :: dil[0], :: dil[1]]
+    ho, wo = win.shape[2], win.shape[3]
+    cg = c // groups
+    patches = win.transpose(0, 1, 4, 5, 2, 3).reshape(n * groups, cg * kh * kw, ho * wo)
+    wmat = w.reshape(groups, cout // groups, cg * kh * kw)
+    if n > 1:
+        wmat = np.tile(wmat, (n, 1, 1))
+    y = matmul(wmat, patches)  # (N*G, Cout/G, Ho*Wo)
     return y.reshape(n, cout, ho, wo)
 
 
