@@ -35,7 +35,9 @@ import threading
 
 import numpy as np
 
+from ..graph.arith import Arith
 from ..graph.fp16 import round_fp16
+from ..graph.ops.contraction import _conv_emulate, _conv_geometry
 from ..graph.ops.norm import _batch_norm_emulate
 from . import gemm as _gemm
 
@@ -44,7 +46,7 @@ from . import gemm as _gemm
 # never defines kernels on top of a gemm module that has none.
 numba = llir = nbtypes = intrinsic = None
 
-__all__ = ["FAST_KERNELS", "batch_norm_fast"]
+__all__ = ["FAST_KERNELS", "GENERIC_ONLY", "batch_norm_fast", "depthwise_conv_fast"]
 
 _FORCE_PORTABLE = os.environ.get(_gemm._PORTABLE_ENV, "") not in ("", "0")
 _SERIAL_ELEMENTS = 1 << 16  # below this, waking the thread pool costs more than it saves
@@ -52,8 +54,8 @@ _load_lock = threading.Lock()
 
 
 # Set by _define_kernels once numba has imported: the compiled _bn_kernel_py, parallel
-# and serial.
-_h2f = _r16 = _f32_to_f16_bits = _bn_par_jit = _bn_ser_jit = None
+# and serial, and _dw_kernel_py.
+_h2f = _r16 = _f32_to_f16_bits = _bn_par_jit = _bn_ser_jit = _dw_jit = None
 
 
 def _bn_par(*args):
@@ -82,7 +84,7 @@ def _load() -> bool:
 
 def _define_kernels() -> None:
     """Define the numba intrinsics and the kernels (each compiled on its first call)."""
-    global _h2f, _r16, _f32_to_f16_bits, _bn_par_jit, _bn_ser_jit
+    global _h2f, _r16, _f32_to_f16_bits, _bn_par_jit, _bn_ser_jit, _dw_jit
 
     @intrinsic
     def _h2f(typingctx, bits):
@@ -118,9 +120,47 @@ def _define_kernels() -> None:
     try:
         _bn_par_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_bn_kernel_py)
         _bn_ser_jit = numba.njit(nogil=True, cache=_cache)(_bn_kernel_py)
+        _dw_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_dw_kernel_py)
     except Exception:  # no writable cache location: compile per process instead
         _bn_par_jit = numba.njit(parallel=True, nogil=True)(_bn_kernel_py)
         _bn_ser_jit = numba.njit(nogil=True)(_bn_kernel_py)
+        _dw_jit = numba.njit(parallel=True, nogil=True)(_dw_kernel_py)
+
+
+def _dw_kernel_py(xp, w, bias, geo, out):
+    """Depthwise convolution under the matmul contract, one image channel per task.
+
+    ``xp`` is the zero-padded (N, C, Hp, Wp) input as uint16 fp16 bits, ``w`` the
+    (C, kh, kw) taps and ``bias`` (C,) as float32 holding fp16 values (``geo[4]``: 1
+    when there is a bias), ``geo`` the strides and dilations ``(sh, sw, dh, dw, bias)``,
+    ``out`` (N, C, Ho, Wo) uint16. Each output's float32 sum takes its taps in (kh, kw)
+    order, padding zeros included, each product rounded to fp16, as the GEMM does; the
+    inner loop runs along an output row, so LLVM vectorizes it.
+    """
+    n, c, ho_n, wo_n = out.shape
+    kh, kw = w.shape[1], w.shape[2]
+    sh, sw, dh, dw, has_bias = geo[0], geo[1], geo[2], geo[3], geo[4]
+    for task in numba.prange(n * c):
+        z = task // c
+        ch = task - z * c
+        acc = np.empty(wo_n, np.float32)
+        for ho in range(ho_n):
+            for j in range(wo_n):
+                acc[j] = np.float32(0.0)
+            for i in range(kh):
+                row = xp[z, ch, ho * sh + i * dh]
+                for t in range(kw):
+                    wv = w[ch, i, t]
+                    off = t * dw
+                    for j in range(wo_n):
+                        acc[j] = acc[j] + _r16(_h2f(row[j * sw + off]) * wv)
+            dst = out[z, ch, ho]
+            bc = bias[ch]
+            for j in range(wo_n):
+                y = _r16(acc[j])
+                if has_bias:
+                    y = _r16(y + bc)
+                dst[j] = _f32_to_f16_bits(y)
 
 
 def _bn_kernel_py(x, mean, r, w, b, out, flags):
@@ -271,4 +311,85 @@ def batch_norm_fast(inputs, attrs):
     return _run_batch_norm(inputs, attrs)
 
 
-FAST_KERNELS = {"batch_norm": batch_norm_fast}
+# ---- depthwise convolution -------------------------------------------------------------
+
+_dw_state: dict = {"ok": None, "error": None}
+
+
+def _run_depthwise(inputs, attrs):
+    """The compiled depthwise convolution without the check; None when not one."""
+    x, w = inputs[0], inputs[1]
+    groups = attrs.get("groups", 1)
+    if not (isinstance(x, np.ndarray) and isinstance(w, np.ndarray)):
+        return None
+    if x.ndim != 4 or w.ndim != 4 or x.dtype != np.float16 or w.dtype != np.float16:
+        return None
+    c = x.shape[1]
+    if groups != c or groups < 2 or w.shape[:2] != (c, 1):
+        return None
+    nd, stride, pad, dil, kern, _ = _conv_geometry("conv", [a.shape for a in inputs], attrs)
+    xp = np.pad(x, ((0, 0), (0, 0), *pad)).view(np.uint16)
+    ho = (xp.shape[2] - (kern[0] - 1) * dil[0] - 1) // stride[0] + 1
+    wo = (xp.shape[3] - (kern[1] - 1) * dil[1] - 1) // stride[1] + 1
+    if ho < 1 or wo < 1 or x.size == 0:
+        return None
+    has_bias = len(inputs) == 3
+    bias = inputs[2].astype(np.float32) if has_bias else np.zeros(c, np.float32)
+    geo = np.array([stride[0], stride[1], dil[0], dil[1], int(has_bias)], np.int64)
+    out = np.empty((x.shape[0], c, ho, wo), np.uint16)
+    taps = np.ascontiguousarray(w.reshape(c, *kern).astype(np.float32))
+    with _launch_lock:
+        _dw_jit(np.ascontiguousarray(xp), taps, bias, geo, out)
+    return out.view(np.float16)
+
+
+def _dw_probe():
+    """Padding, stride 2, dilation, a bias; ties, subnormal products, inf and NaN."""
+    rng = np.random.default_rng(20240613)
+    x = (rng.standard_normal((2, 3, 9, 11)) * 4).astype(np.float16)
+    x[0, 0, 0, :4] = [np.inf, -0.0, 6e-8, np.nan]
+    w = (rng.standard_normal((3, 1, 3, 2)) * 2).astype(np.float16)
+    w[1, 0, 0, 0] = 1.5
+    b = rng.standard_normal(3).astype(np.float16)
+    attrs = {"groups": 3, "stride": (2, 1), "dilation": (1, 2), "pad": (1, 1, 2, 0)}
+    return [x, w, b], attrs
+
+
+def _ensure_depthwise() -> bool:
+    if _dw_state["ok"] is not None:
+        return _dw_state["ok"]
+    with _lock:
+        if _dw_state["ok"] is None:
+            ok = False
+            try:
+                if not _load():
+                    raise RuntimeError(f"numba could not be imported ({_gemm.NUMBA_IMPORT_ERROR})")
+                inputs, attrs = _dw_probe()
+                want = _conv_emulate(inputs, attrs, Arith.generic(_gemm.gemm_reference))
+                got = _run_depthwise(inputs, attrs)
+                ok = got is not None and _gemm._same_bits(got, np.asarray(want, np.float16))
+                if not ok:
+                    _dw_state["error"] = "compiled depthwise conv disagrees with the reference"
+            except Exception as exc:  # compile failure: the op's own kernel serves
+                _dw_state["error"] = exc
+            _dw_state["ok"] = ok
+    return _dw_state["ok"]
+
+
+def depthwise_conv_fast(inputs, attrs):
+    """A depthwise ``conv`` (groups = channels, one output channel each, NCHW) with the
+    bits of the op's own kernel under the generic numerics, or None when it is not one
+    or the compiled kernel cannot be used here (then one
+    :class:`~aneforge.emulator.gemm.FastPathWarning` per process says why)."""
+    if attrs.get("groups", 1) < 2:
+        return None
+    if not _ensure_depthwise():
+        _gemm.warn_fallback("depthwise conv", _dw_state["error"] or "it was switched off")
+        return None
+    return _run_depthwise(inputs, attrs)
+
+
+#: The compiled kernels by op name (module docstring).
+FAST_KERNELS = {"batch_norm": batch_norm_fast, "conv": depthwise_conv_fast}
+#: The ones valid under the generic numerics only (a chip saturates contraction outputs).
+GENERIC_ONLY = frozenset({"conv"})

@@ -25,7 +25,7 @@ import numpy as np
 from ..graph.arith import Arith
 from ..graph.registry import get_op
 from .chips import chip_numerics
-from .fast_kernels import FAST_KERNELS
+from .fast_kernels import FAST_KERNELS, GENERIC_ONLY
 from .gemm import gemm, gemm_reference
 
 
@@ -113,7 +113,9 @@ def fp16_kernel(fast: bool = True, target=None):
     chip = chip_numerics(target)
     mm = gemm if fast else gemm_reference
     arith = Arith.generic(mm) if chip is None else chip.arith(mm)
-    fast_ops = FAST_KERNELS if fast else {}
+    fast_ops = {}
+    if fast:
+        fast_ops = {k: f for k, f in FAST_KERNELS.items() if chip is None or k not in GENERIC_ONLY}
 
     def emulate(node, args):
         fn = fast_ops.get(node.op)
