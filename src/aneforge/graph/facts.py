@@ -245,13 +245,16 @@ class LoopNest:
       ``"min"``), then ``finish`` (``"mean"``: divided by the count, rounded once).
     - ``"window"``: a pool: each output cell combines its window's cells (kh outer, kw
       inner) like ``"reduce"``, cells outside the input reading ``init`` (``-inf`` for
-      max, +0 for the sum); ``finish="mean"`` divides by the window's size, so a
-      padded average that does not count its padding lowers as opaque.
+      max, +0 for the sum); ``finish="mean"`` divides by the window's size, or, for a
+      padded average that does not count its padding, by the number of its cells inside
+      the input (an exact count, once, in float64).
     - ``"row"``: a row op along ``attrs["axis"]`` (and the axes after it for the layer
       and RMS norms): the row's statistics, then each cell from them, every step
       rounded to fp16 as the record's kernel does; ``form`` says which: ``"softmax"``
       (the max, the narrow sum of ``exp(x - max)``), ``"layer_norm"`` (mean, mean of
-      centred squares, ``rsqrt(var + eps)``), ``"rms_norm"``, ``"l2_norm"``; the norms
+      centred squares, ``rsqrt(var + eps)``), ``"rms_norm"``, ``"l2_norm"``, and
+      ``"group_norm"`` (layer_norm's steps over each image's group of
+      ``attrs["groups"]`` contiguous channel blocks, always materialized); the norms
       then apply their optional weight and bias.
     - ``"contract"``: fp16 products summed in a float32 local from +0 in ascending
       order of the contracted index, rounded once, then a bias added in fp16; ``form``

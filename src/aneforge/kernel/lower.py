@@ -230,18 +230,26 @@ class Lowerer:
                     cell[a] = e
             return self.value(src, tuple(cell))
 
+        stats, cell = self._row_stats(node, form, at, [x.shape[a] for a in axes])
+        return axes, stats, cell
+
+    def _row_stats(self, node, form, at, extents):
+        """``(stats, cell)`` of a row op whose row has ``extents`` and whose cell of
+        row entries ``e`` is ``at(e)`` (``at(e, param, only_row=True)`` a per-row-cell
+        parameter's): :meth:`_row_plan`."""
+
         def over_row(local, term, combine="add"):
             """Statements folding ``term(entries)`` over the row into ``local``."""
-            names = [self.iterator("k") for _ in axes]
+            names = [self.iterator("k") for _ in extents]
             body: tuple = (SetLocal(local, term(tuple(it(n) for n in names)), combine),)
-            for name, a in reversed(list(zip(names, axes))):
-                body = (For(name, 0, x.shape[a] - 1, body),)
+            for name, n in reversed(list(zip(names, extents))):
+                body = (For(name, 0, n - 1, body),)
             return body
 
         def local(hint):
             return self.iterator(hint)
 
-        count = Const(float(math.prod(x.shape[a] for a in axes)), held=False)
+        count = Const(float(math.prod(extents)), held=False)
         eps = Const(float(node.attrs.get("eps", 0.0)))
         if form == "softmax":
             top, total = local("max"), local("sum")
@@ -249,17 +257,13 @@ class Lowerer:
                 (top, -math.inf, over_row(top, at, "max")),
                 (total, 0.0, over_row(total, lambda e: _shifted_exp(at(e), GetLocal(top)))),
             ]
-            return (
-                axes,
-                stats,
-                lambda e: Op("div", (_shifted_exp(at(e), GetLocal(top)), GetLocal(total))),
-            )
+            return stats, lambda e: Op("div", (_shifted_exp(at(e), GetLocal(top)), GetLocal(total)))
         square = lambda e: Op("mul", (at(e), at(e)))  # noqa: E731
         if form == "l2_norm":
             ss, r = local("ss"), local("r")
             inv = Op("rsqrt", (Op("max", (GetLocal(ss), eps)),))
             stats = [(ss, 0.0, over_row(ss, square)), (r, 0.0, (SetLocal(r, inv),))]
-            return axes, stats, lambda e: Op("mul", (at(e), GetLocal(r)))
+            return stats, lambda e: Op("mul", (at(e), GetLocal(r)))
         if form == "rms_norm":
             total, ms, r = local("sum"), local("ms"), local("r")
             stats = [
@@ -268,7 +272,7 @@ class Lowerer:
                 (r, 0.0, (SetLocal(r, Op("rsqrt", (Op("add", (GetLocal(ms), eps)),))),)),
             ]
             scaled = lambda e: Op("mul", (at(e), GetLocal(r)))  # noqa: E731
-            return axes, stats, lambda e: self._norm_affine(node, scaled(e), at, e)
+            return stats, lambda e: self._norm_affine(node, scaled(e), at, e)
         # layer_norm: mean, centred squares' mean, reciprocal deviation
         s1, mu, s2, var, r = (local(h) for h in ("sum", "mu", "sum", "var", "r"))
         centred = lambda e: Op("sub", (at(e), GetLocal(mu)))  # noqa: E731
@@ -280,7 +284,7 @@ class Lowerer:
             (r, 0.0, (SetLocal(r, Op("rsqrt", (Op("add", (GetLocal(var), eps)),))),)),
         ]
         scaled = lambda e: Op("mul", (centred(e), GetLocal(r)))  # noqa: E731
-        return axes, stats, lambda e: self._norm_affine(node, scaled(e), at, e)
+        return stats, lambda e: self._norm_affine(node, scaled(e), at, e)
 
     def _norm_affine(self, node, y, at, entries):
         """``y * weight + bias`` over the row axes, each step rounded, where present."""
@@ -320,6 +324,35 @@ class Lowerer:
                 body = (For(names[d], 0, node.shape[d] - 1, body),)
         return body
 
+    def group_nest(self, node, buf) -> tuple:
+        """A materialized group norm: per image and group, layer_norm's statistics over
+        the group's (channel, spatial...) cells in C order, then every cell (each
+        group's channels are contiguous, so every access is affine)."""
+        x = node.srcs[0]
+        groups = node.attrs["groups"]
+        per = x.shape[1] // groups
+        n, g = self.iterator("i"), self.iterator("g")
+
+        def at(entries, src=x, only_row=False):
+            channel = it(g) * per + entries[0]
+            cell = (channel,) if only_row else (it(n), channel, *entries[1:])
+            return self.value(src, cell)
+
+        extents = [per, *x.shape[2:]]
+        stats, cell = self._row_stats(node, "layer_norm", at, extents)
+        body: tuple = ()
+        for name, init, stmts in stats:
+            body += (DeclareLocal(name, "fp16", init), *stmts)
+        names = [self.iterator("k") for _ in extents]
+        entries = tuple(it(m) for m in names)
+        inner: tuple = (
+            Set(buf.name, (it(n), it(g) * per + entries[0], *entries[1:]), cell(entries)),
+        )
+        for name, extent in reversed(list(zip(names, extents))):
+            inner = (For(name, 0, extent - 1, inner),)
+        body += inner
+        return (For(n, 0, x.shape[0] - 1, (For(g, 0, groups - 1, body),)),)
+
     def _window(self, node, nest, index):
         x = node.srcs[0]
         geo = pool_geometry(node)
@@ -334,9 +367,16 @@ class Lowerer:
         for t, k in reversed(list(zip(taps, geo.kernel))):
             body = (For(t, 0, k - 1, body),)
         total = LocalScope(acc, body, "fp16", nest.init)
-        if nest.finish == "mean":
+        if nest.finish != "mean":
+            return total
+        if node.attrs.get("count_include_pad", True) or not _padded(geo.pads):
             return Op("div", (total, Const(float(math.prod(geo.kernel)), held=False)))
-        return total
+        # the count of real cells, an exact integer in a float32 local
+        count = self.iterator("count")
+        body = (SetLocal(count, InRange(spatial, x.shape[2:]), accumulate="add"),)
+        for t, k in reversed(list(zip(taps, geo.kernel))):
+            body = (For(t, 0, k - 1, body),)
+        return Op("div", (total, LocalScope(count, body, "fp32", 0.0)))
 
     def _contract(self, node, nest, index):
         """The float32 sum of fp16 products of one output cell (``nest.form``), rounded
@@ -422,6 +462,13 @@ def _scatter_cell(node: Tensor, index):
     return nest.scatter(probe, [src.shape], node.shape, node.attrs)
 
 
+def _grouped(node: Tensor) -> bool:
+    """Whether ``node`` is a group norm: it lowers materialized only (a cell's group is
+    its channel divided by the group size, not an affine map)."""
+    nest = get_op(node.op).nest
+    return nest is not None and nest.form == "group_norm"
+
+
 def _scatters(node: Tensor) -> bool:
     nest = get_op(node.op).nest
     return nest is not None and nest.kind == "index" and not _gathers(node)
@@ -454,9 +501,6 @@ def _lowerable(node: Tensor) -> str | None:
         return "its index map is not affine for these shapes"
     if nest.form == "matmul" and min(s.ndim for s in node.srcs) < 2:
         return "a vector operand (the batched form needs rank >= 2)"
-    mean = nest.kind == "window" and nest.finish == "mean"
-    if mean and not node.attrs["count_include_pad"] and _padded(pool_geometry(node).pads):
-        return "a padded average whose count excludes the padding varies per cell"
     groups = node.attrs.get("groups", 1)
     if nest.form == "conv" and groups > 1 and node.srcs[1].shape[0] != groups:
         return "grouped with several output channels per group (not affine)"
@@ -493,7 +537,7 @@ def resolve(program: Program, region: Region, placement=None, host=None):
     places = _placements(placement, nodes.intermediates)
     host = host or {}
     why = {id(n): HOST if id(n) in host else _lowerable(n) for n in region.nodes}
-    forced = {id(n) for n in region.nodes if why[id(n)] or _scatters(n)}
+    forced = {id(n) for n in region.nodes if why[id(n)] or _scatters(n) or _grouped(n)}
     forced |= {id(s) for n in region.nodes if why[id(n)] for s in n.srcs}
     chosen = {
         id(n): Placement.MATERIALIZE if id(n) in forced else p
@@ -550,6 +594,8 @@ def _nest(node: Tensor, low: Lowerer, buf: Buffer) -> tuple:
     """The statements writing every cell of ``node`` into ``buf``."""
     if not node.shape:  # a 0-d node lives in a one-cell buffer
         return (Set(buf.name, (fixed(0),), low.template(node, ())),)
+    if get_op(node.op).nest.form == "group_norm":
+        return low.group_nest(node, buf)
     if get_op(node.op).nest.kind == "row":
         return low.row_nest(node, buf)
     if _scatters(node):  # write each source cell where it lands

@@ -596,12 +596,13 @@ def _group_layout(in_shapes, attrs):
 
 
 # The loop nests: batch_norm a per-channel map; the row norms their statistics per row
-# (group_norm's groups are not affine in the channel index: it lowers as opaque).
+# (group_norm's rows are its groups' contiguous channel blocks: it lowers materialized).
 _NESTS = {
     "batch_norm": LoopNest("elementwise", per_channel=True, scalar=_batch_norm_scalar),
     "layer_norm": LoopNest("row", form="layer_norm"),
     "rms_norm": LoopNest("row", form="rms_norm"),
     "l2_norm": LoopNest("row", form="l2_norm"),
+    "group_norm": LoopNest("row", form="group_norm"),
 }
 
 # group_norm's tiled lowering reduces over [1, G, C/groups, H*W]; the compiler keeps each
