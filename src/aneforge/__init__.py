@@ -33,8 +33,6 @@ from .analysis.precision import (
 from .compiler import Program
 from .compiler.preflight import PreflightReport, Violation, preflight
 from .compiler.program import register_exporter
-from .emulator.interpreter import set_region_runner
-from .kernel.compiled import execute_regions
 from .cost import Estimate, estimate, estimate_breakdown
 from .cost.simulated import SimulatedANE
 from .devices import (
@@ -46,6 +44,7 @@ from .devices import (
     register_device,
 )
 from .driver import compile  # noqa: A004  (the public name)
+from .emulator.interpreter import set_region_runner
 from .errors import (
     AneforgeError,
     AneforgeWarning,
@@ -78,6 +77,7 @@ from .io.onnx_import import (
     UnsupportedModelError,
     from_onnx,
 )
+from .kernel.compiled import execute_regions
 from .metrics import compare
 from .numerics import (
     fft,  # noqa: E402  (af.fft.fft, af.fft.rfft, ...)

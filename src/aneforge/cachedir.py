@@ -3,8 +3,9 @@
 ``$ANEFORGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/aneforge``, else ``~/.cache/aneforge``.
 
 Example:
+    >>> import os
     >>> from aneforge.cachedir import default_cache_dir
-    >>> default_cache_dir().name in ("aneforge",) or "ANEFORGE_CACHE_DIR" in __import__("os").environ
+    >>> default_cache_dir().name == "aneforge" or "ANEFORGE_CACHE_DIR" in os.environ
     True
 """
 

@@ -48,7 +48,9 @@ def _run_code(code, kernel, feeds):
     bufs = {}
     for b in code.buffers:
         if b.kind == "input":
-            value = np.asarray(feeds[b.name]).astype(np.float16 if b.dtype == "fp16" else np.float32)
+            value = np.asarray(feeds[b.name]).astype(
+                np.float16 if b.dtype == "fp16" else np.float32
+            )
             bufs[b.name] = value.view(np.uint16) if b.dtype == "fp16" else value
         else:  # unwritten cells stay NaN, as the interpreter starts them
             bufs[b.name] = compiled._storage(b)
@@ -102,9 +104,7 @@ def test_random_regions_run_compiled_with_the_op_by_op_bits(seed):
     kernel = _node_kernel(chip)
     numerics = chip_numerics(chip)
     values = {}
-    execute_fp16(
-        prog, xs, target=chip, observe=lambda i, n, v: values.__setitem__(id(n), v)
-    )
+    execute_fp16(prog, xs, target=chip, observe=lambda i, n, v: values.__setitem__(id(n), v))
     for region in prog.fused_regions:
         middle = region_nodes(prog, region).intermediates
         host = compiled.host_nodes(region, numerics)

@@ -48,8 +48,8 @@ import numpy as np
 from ..graph.registry import get_op
 from .ir import (
     SCALAR_OPS,
-    And,
     Affine,
+    And,
     Call,
     Code,
     Cond,
@@ -480,9 +480,8 @@ def _distinct(loop: For) -> bool:
             return False
         if isinstance(item, SetLocal) and item.name not in declared:
             return False
-        if isinstance(item, Set):
-            if not any(a.terms == ((loop.index, 1),) for a in item.index):
-                return False
+        if isinstance(item, Set) and not any(a.terms == ((loop.index, 1),) for a in item.index):
+            return False
     return True
 
 

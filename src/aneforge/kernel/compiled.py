@@ -3,15 +3,16 @@
 A region's :class:`RegionPlan` lowers it (:func:`aneforge.kernel.lower.lower`) with:
 
 - **host nodes**: what runs best, or only, as a whole-array kernel — the contractions
-  (the blocked fp16 GEMM), ops without a loop nest or a generated rendering (group
-  norm, cumsum, a binary op without a scalar form), and under a chip the nodes its
-  numerics change (width-offset slices on the crop-DMA families, narrow sums longer
-  than its reduction route, every contraction where the output saturates). They run
-  by the emulator's own per-node kernel, chip finish included;
-- **the default placement**: an elementwise or movement intermediate read exactly once
-  (by a node that is not a host node) is inlined into its reader; every other
-  intermediate is materialized. A ResNet block's batch norm and ReLU thus run as one
-  pass over the convolution's output.
+  (the blocked fp16 GEMM, the depthwise convolution kernel), ops without a loop nest
+  or a generated rendering (cumsum, a binary op without a scalar form), and under a
+  chip the nodes its numerics change (width-offset slices on the crop-DMA families,
+  narrow sums longer than its reduction route). They run by the emulator's own
+  per-node kernel, chip finish included;
+- **the default placement**: an elementwise or movement intermediate read exactly once,
+  by an elementwise, movement or reduction node that is not a host node, is inlined
+  into its reader; every other intermediate is materialized (a window, a contraction
+  or a row op would recompute it at every tap, product or pass). A ResNet block's
+  batch norm and ReLU thus run as one pass over the convolution's output.
 
 Each materialized node's loop nest becomes one numba kernel
 (:func:`aneforge.kernel.codegen.generate`); the generated source is written to
@@ -89,6 +90,8 @@ def _reduced_terms(node: Tensor) -> int:
         return int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     if nest.kind == "window":
         return int(np.prod(pool_geometry(node).kernel, dtype=np.int64))
+    if nest.form == "group_norm":
+        return math.prod(x.shape[1:]) // node.attrs["groups"]
     if nest.kind == "row":
         axis = node.attrs["axis"] % x.ndim
         if nest.form in ("layer_norm", "rms_norm"):
@@ -102,9 +105,8 @@ def _compilable(node: Tensor, chip) -> bool:
     if _lowerable(node) is not None:
         return False
     nest = get_op(node.op).nest
-    if nest.kind == "contract":  # the GEMM; depthwise convolutions only when generic
-        depthwise = nest.form == "conv" and node.attrs.get("groups", 1) > 1
-        return depthwise and chip is None
+    if nest.kind == "contract":  # the blocked GEMM, or the depthwise kernel
+        return False
     if nest.kind == "elementwise":
         return len(node.srcs) == 1 and not nest.per_channel or nest.scalar is not None
     if chip is not None:
@@ -120,6 +122,11 @@ def host_nodes(region, chip=None) -> set[int]:
     return {id(n) for n in region.nodes if not _compilable(n, chip)}
 
 
+#: The readers that read each source cell once: an intermediate inlined into a window,
+#: a contraction or a row op would be recomputed at every tap, every product or pass.
+_READS_ONCE = ("elementwise", "index", "reduce")
+
+
 def default_placement(program, region, host: set[int]) -> list[Placement]:
     """The execution placement of ``region``'s intermediates (module docstring)."""
     nodes = region_nodes(program, region)
@@ -131,10 +138,12 @@ def default_placement(program, region, host: set[int]) -> list[Placement]:
     for n in nodes.intermediates:
         readers = reads.get(id(n), [])
         kind = get_op(n.op).nest.kind if get_op(n.op).nest is not None else None
+        reader = get_op(readers[0].op).nest if len(readers) == 1 else None
         inline = (
             kind in ("elementwise", "index")
             and id(n) not in host
-            and len(readers) == 1
+            and reader is not None
+            and reader.kind in _READS_ONCE
             and id(readers[0]) not in host
             and not _scatters(n)
         )
@@ -351,7 +360,8 @@ def _region_plans(program, chip, node_kernel) -> dict:
             plans[region.index] = None
             continue
         try:
-            plans[region.index] = plan_region(program, region, node_kernel, chip)
+            placement = program.placement(region.index)  # None: the default
+            plans[region.index] = plan_region(program, region, node_kernel, chip, placement)
         except Exception as exc:  # any failure: this region runs op by op
             _gemm.warn_fallback("region", exc)
             plans[region.index] = None
