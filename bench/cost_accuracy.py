@@ -17,10 +17,13 @@ path that prices it: the analytic model for the row's chip, the default model
 formula. Rows are split by role: ``fit`` (ANEForge's own, which the fits saw) and
 ``validation`` (everyone else's, never fitted on).
 
-    python bench/cost_accuracy.py [--csv other_timings.csv]
+    python bench/cost_accuracy.py [--csv other_timings.csv] [--traffic nodes|kernel]
 
 ``--csv`` scores a kernel-timing file of your own (same columns) instead of the bundled
-ones (and skips the whole models).
+ones (and skips the whole models). ``--traffic`` prices with that memory leg
+(``af.estimate(..., traffic=)``; default the estimate's own) under the bundled
+constants, which ``scripts/fit_analytic.py`` fitted on the default leg; the stored
+cross-validation is that fit's.
 
 Last lines (machine-readable; ``published_*`` only without ``--csv``):
     RESULT model_geomean_error=...             RESULT model_worst_error=...
@@ -48,6 +51,7 @@ except ImportError:  # running from a checkout without installing
 import warnings
 
 from aneforge.compiler.program import Program
+from aneforge.cost.analytic import DEFAULT_TRAFFIC, TRAFFIC
 from aneforge.cost.silicon import (
     PUBLISHED,
     build_workload,
@@ -65,7 +69,7 @@ from aneforge.targets.names import resolve_target
 DEFAULT_FAMILY_ARCH = resolve_target(af.cost.DEFAULT_CHIP).arch
 
 
-def score(rows, verbose: bool) -> tuple[list, list]:
+def score(rows, verbose: bool, traffic: str = DEFAULT_TRAFFIC) -> tuple[list, list]:
     """(model, spec) lists of (predicted, measured) pairs, printing rows or per-chip lines."""
     model, spec, scored = [], [], []
     if verbose:
@@ -74,7 +78,7 @@ def score(rows, verbose: bool) -> tuple[list, list]:
         arch = chip_arch(row.chip)
         out = build_workload(row)
         try:
-            predicted = af.estimate(out, target=row.chip)  # the chip, with its memory
+            predicted = af.estimate(out, target=row.chip, traffic=traffic)  # with its memory
         except PreflightError as err:  # aneforge prices no program it cannot compile
             first = str(err).splitlines()[1].strip()
             print(f"not scored, does not compile for {arch}: {row.label} ({first})")
@@ -140,7 +144,7 @@ def kernel_cv() -> list[str]:
     ]
 
 
-def whole_models() -> list[str]:
+def whole_models(traffic: str = DEFAULT_TRAFFIC) -> list[str]:
     """Price every whole-model row on every path; print rows and per-(path, role) errors.
 
     Rows with an ``excluded`` reason are listed with it and not scored; int8 rows are
@@ -162,9 +166,9 @@ def whole_models() -> list[str]:
         if key not in built:
             built[key] = Program.from_outputs([build(r.model, batch=r.batch, size=r.size)[1]])
         prog, arch, int8 = built[key], chip_arch(r.chip), r.precision == "int8"
-        got = {"analytic": af.estimate(prog, int8=int8, target=r.chip)}
+        got = {"analytic": af.estimate(prog, int8=int8, target=r.chip, traffic=traffic)}
         if arch == DEFAULT_FAMILY_ARCH:
-            got["default"] = af.estimate(prog, int8=int8)
+            got["default"] = af.estimate(prog, int8=int8, traffic=traffic)
         if not int8:
             got["spec"] = spec_estimate_us(prog, arch)
         for path, pred in got.items():
@@ -172,7 +176,7 @@ def whole_models() -> list[str]:
         per_chip.setdefault(r.chip, []).append((got["analytic"], r.latency_us))
         cells = [f"{got[p]:9.0f}" if p in got else f"{'-':>9}" for p in got and PATHS]
         print(f"{label:<44} {r.role:>10} {arch:>5} {r.latency_us:9.0f} {' '.join(cells)}")
-    onnx_cross_check(built.get(("resnet50", 1, 224)))
+    onnx_cross_check(built.get(("resnet50", 1, 224)), traffic)
     print("not scored:")
     print("\n".join(skipped) or "  (none)")
     print("analytic model per chip:")
@@ -194,7 +198,7 @@ def whole_models() -> list[str]:
 PATHS = ("analytic", "default", "spec")
 
 
-def onnx_cross_check(zoo_program) -> None:
+def onnx_cross_check(zoo_program, traffic: str = DEFAULT_TRAFFIC) -> None:
     """The ONNX light ResNet-50 (the onnx wheel's, imported) priced beside the zoo's: the
     same network through the user's import path."""
     try:
@@ -209,26 +213,31 @@ def onnx_cross_check(zoo_program) -> None:
     light = af.from_onnx(model).compile()
     for name, prog in (("light_resnet50.onnx", light), ("zoo resnet50", zoo_program)):
         if prog is not None:
-            m5, m1 = af.estimate(prog, target="M5 Pro"), af.estimate(prog, target="M1")
+            m5, m1 = (af.estimate(prog, target=t, traffic=traffic) for t in ("M5 Pro", "M1"))
+            default = af.estimate(prog, traffic=traffic)
             print(f"  {name:<20} {prog.flops / 1e9:.2f} GFLOP: M5 Pro analytic {m5:.0f} us, "
-                  f"default {af.estimate(prog):.0f} us, M1 analytic {m1:.0f} us")  # fmt: skip
+                  f"default {default:.0f} us, M1 analytic {m1:.0f} us")  # fmt: skip
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, help="timings in the calibration.csv format")
+    parser.add_argument("--traffic", choices=TRAFFIC, default=DEFAULT_TRAFFIC,
+                        help=f"the memory leg (default {DEFAULT_TRAFFIC}, estimate's)")  # fmt: skip
     args = parser.parse_args(argv)
+    leg = args.traffic
+    print(f"traffic leg: {leg}")
     if args.csv:
-        results = summarize(*score(load_rows(args.csv.read_text()), verbose=True), "")
+        results = summarize(*score(load_rows(args.csv.read_text()), True, leg), "")
     else:
         print("Calibration timings (the spec's reference file):")
-        results = summarize(*score(load_rows(), verbose=True), "")
+        results = summarize(*score(load_rows(), True, leg), "")
         print("\nPublished timings on other chips (data/silicon_published.csv):")
-        results += summarize(*score(load_rows(bundled=PUBLISHED), verbose=False), "published_")
+        results += summarize(*score(load_rows(bundled=PUBLISHED), False, leg), "published_")
         results += kernel_cv()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            results += whole_models()
+            results += whole_models(leg)
     print("\n".join(results))
     return 0
 

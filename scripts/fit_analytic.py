@@ -27,7 +27,12 @@ to a chip outside the data). Nothing is written unless ``--write`` is given, whi
 refreshes ``src/aneforge/data/analytic_model.json`` (keeping the stored
 cross-validation when ``--cv`` is not given).
 
-    python scripts/fit_analytic.py [--cv] [--write]
+``--traffic`` picks the model's memory leg (``aneforge.cost.analytic.TRAFFIC``: "nodes",
+per-node bytes from shapes, or "kernel", the region kernel's compulsory traffic and
+spills; the default is ``DEFAULT_TRAFFIC``, the leg ``estimate`` uses). Fit and score
+with the leg the bundled constants are meant for: ``--write`` refuses any other.
+
+    python scripts/fit_analytic.py [--cv] [--write] [--traffic nodes|kernel]
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ from aneforge.compiler.preflight import preflight  # noqa: E402
 from aneforge.compiler.program import Program  # noqa: E402
 from aneforge.compression import quantize_graph_int8  # noqa: E402
 from aneforge.cost.analytic import (  # noqa: E402
+    DEFAULT_TRAFFIC,
+    TRAFFIC,
     AnalyticParams,
     chip_constants,
     program_loads,
@@ -190,9 +197,10 @@ def harness_of(source: str) -> int:
     return -1
 
 
-def _problem(row, out, name: str, method: str) -> Problem | None:
-    """The row as a fit problem, or None when the preflight says its program does not
-    compile for the row's chip (``af.estimate`` prices no such program either)."""
+def _problem(row, out, name: str, method: str, traffic: str) -> Problem | None:
+    """The row as a fit problem (its loads on the ``traffic`` leg), or None when the
+    preflight says its program does not compile for the row's chip (``af.estimate``
+    prices no such program either)."""
     prog = Program.from_outputs([out])
     target = resolve_target(row.chip)  # with the chip's memory bandwidth
     if preflight(prog, target).blocking:
@@ -200,23 +208,25 @@ def _problem(row, out, name: str, method: str) -> Problem | None:
         return None
     group = (name, row.chip, method)
     harness = harness_of(getattr(row, "source", ""))
-    return Problem(row, prog, target, group, program_loads(prog, target.family), harness)
+    loads = program_loads(prog, target.family, traffic=traffic)
+    return Problem(row, prog, target, group, loads, harness)
 
 
-def problems(role: str = "fit") -> list[Problem]:
+def problems(role: str = "fit", traffic: str = DEFAULT_TRAFFIC) -> list[Problem]:
     """The kernel rows and the whole-model rows of ``role`` ('fit': ANEForge's own,
-    the only whole-model rows ever fitted on; 'validation': every other one)."""
+    the only whole-model rows ever fitted on; 'validation': every other one), priced
+    on the ``traffic`` leg."""
     out = []
     if role == "fit":
         for name in (CALIBRATION, PUBLISHED):
             for r in load_rows(bundled=name):
-                out.append(_problem(r, build_workload(r), name, method_of(r.source)))
+                out.append(_problem(r, build_workload(r), name, method_of(r.source), traffic))
     for r in load_model_rows():
         if r.role == role and not r.excluded:
             _, y = build(r.model, batch=r.batch, size=r.size)
             if r.precision == "int8":
                 y = quantize_graph_int8(y)
-            out.append(_problem(r, y, MODELS, r.origin))
+            out.append(_problem(r, y, MODELS, r.origin, traffic))
     return [q for q in out if q is not None]
 
 
@@ -334,11 +344,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cv", action="store_true", help="also leave each chip out in turn")
     parser.add_argument("--write", action="store_true", help=f"refresh {OUT.name}")
+    parser.add_argument("--traffic", choices=TRAFFIC, default=DEFAULT_TRAFFIC,
+                        help=f"the memory leg (default {DEFAULT_TRAFFIC}, estimate's)")  # fmt: skip
     args = parser.parse_args(argv)
-    probs = problems()
+    if args.write and args.traffic != DEFAULT_TRAFFIC:
+        parser.error(f"--write stores constants for estimate's leg, {DEFAULT_TRAFFIC!r}")
+    print(f"traffic leg: {args.traffic}")
+    probs = problems(traffic=args.traffic)
     vec = fit(probs)
     stats = {"fit": report(probs, log_errors(vec, probs), "fit (all fit rows):")}
-    held_out = problems("validation")
+    held_out = problems("validation", args.traffic)
     if held_out:
         errs = log_errors(vec, held_out)
         stats["validation"] = report(held_out, errs, "whole-model validation rows (never fit):")
@@ -368,7 +383,7 @@ def main(argv=None) -> int:
         "errors": stats,
         "_source": {"data": [f"data/{CALIBRATION}", f"data/{PUBLISHED}",
                              f"data/{MODELS} (fit rows)"],
-                    "fitted_by": "scripts/fit_analytic.py"},
+                    "fitted_by": "scripts/fit_analytic.py", "traffic": args.traffic},
     }, indent=1, sort_keys=True) + "\n")  # fmt: skip
     print(f"wrote {OUT.relative_to(ROOT)}")
     return 0

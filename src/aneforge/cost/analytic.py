@@ -27,9 +27,15 @@ Per fused program (region) on chip ``T``::
   operand too (the record's ``weight_operand``: matmul and linear).
 - Weights larger than the on-chip kernel buffer ``S_T`` are processed in buffer-sized
   slices, and the input activation is streamed again for every further slice through
-  the shared fabric at ``restream_bw`` (large-GEMM falloff). Fused intermediates are
-  assumed resident on chip: optimistic for intermediates larger than the engine's
-  buffers, which no published timing covers yet.
+  the shared fabric at ``restream_bw`` (large-GEMM falloff).
+- Where the traffic comes from (``traffic=``): ``"nodes"`` charges each node the
+  external activations it reads and the output it writes, from shapes; fused
+  intermediates are assumed resident on chip, optimistic for intermediates larger than
+  the engine's buffers. ``"kernel"`` reads the region's compulsory traffic off its
+  lowered kernel (:mod:`aneforge.cost.traffic`: inputs, outputs and weights, each
+  counted once, where that analysis is exact) and charges an intermediate whose live
+  set exceeds the on-chip buffer ``S_T`` its spill: written out and read back through
+  the shared fabric at ``restream_bw``, the path re-streamed slices take.
 
 Chip scaling from the M1 (h13) constants, by the spec's rules with the core count taken
 as the chip's parallel units (``Target.units``, cores / the curve's multiplier) and
@@ -59,15 +65,22 @@ from functools import lru_cache
 import numpy as np
 
 from ..data import load as load_data
+from ..errors import OptionError
 from ..graph.facts import Flag, Role
 from ..graph.registry import get_op
 from ..targets.table import Target, get_target
 from .bridge import bridge_cost_us
 from .calibration import constants
 from .roofline import node_bytes, node_flops, weight_bytes
+from .traffic import KernelTraffic, kernel_traffic
 
 M1_ARCH = "h13"
 FP16 = 2
+#: Where a region's memory leg comes from: ``"nodes"`` (per-node bytes from shapes) or
+#: ``"kernel"`` (the region kernel's analysis, :mod:`aneforge.cost.traffic`).
+TRAFFIC = ("nodes", "kernel")
+#: The leg ``estimate`` uses unless told (docs/cost_model.md, "The traffic leg").
+DEFAULT_TRAFFIC = "nodes"
 
 
 @dataclass(frozen=True)
@@ -166,7 +179,10 @@ class RegionLoad:
     """What one fused region asks of a chip, whatever the constants: per node (arrays in
     the region's order) its flops, streamed weight bytes, input activation bytes read
     from memory, output bytes written out, whether it is a GEMV that may swap roles, a
-    matmul-family op, and an engine pass of its own (:func:`is_pass`).
+    matmul-family op, and an engine pass of its own (:func:`is_pass`). With the kernel
+    traffic leg also each intermediate's spill bytes and live set (it spills on a chip
+    whose buffer the live set exceeds: :func:`spill_bytes`) and the input bytes a sliced
+    weight re-streams (``stream_in``; None: ``acts_in``).
     Computed once per (program, family); :func:`region_time_us` prices it on a chip."""
 
     nodes: tuple
@@ -177,10 +193,18 @@ class RegionLoad:
     swappable: np.ndarray
     matmul: np.ndarray
     passes: np.ndarray
+    spill: np.ndarray | None = None
+    live: np.ndarray | None = None
+    stream_in: np.ndarray | None = None
 
 
 def region_load(
-    nodes, family: int | None, outputs=frozenset(), swap_rows: int = 16, int8: bool = False
+    nodes,
+    family: int | None,
+    outputs=frozenset(),
+    swap_rows: int = 16,
+    int8: bool = False,
+    kernel: KernelTraffic | None = None,
 ) -> RegionLoad:
     """The :class:`RegionLoad` of ``nodes`` (one fused region) on a chip of ``family``.
 
@@ -188,6 +212,8 @@ def region_load(
     ``outputs`` (ids of nodes read after the region); weights cost their encoded bytes
     where ``family`` streams the encoding natively, else fp16 (``family=None``: their
     encoded bytes; ``int8=True`` prices fp16 contraction weights at one byte each).
+    ``kernel``: the region's :func:`~aneforge.cost.traffic.kernel_traffic`, whose
+    activation bytes, weight shares and spills then replace the per-node rule.
     """
     inside = {id(n) for n in nodes}
     used_inside = {id(s) for n in nodes for s in n.srcs if id(s) in inside}
@@ -206,7 +232,31 @@ def region_load(
             is_pass(n, inside),
         ))  # fmt: skip
     flops, w, acts, out, swap, mm, passes = (np.array(c, float) for c in zip(*cols))
-    return RegionLoad(tuple(nodes), flops, w, acts, out, swap > 0, mm > 0, passes > 0)
+    flags = (swap > 0, mm > 0, passes > 0)
+    if kernel is None:
+        return RegionLoad(tuple(nodes), flops, w, acts, out, *flags)
+    w = w * kernel.weight_share
+    legs = (kernel.acts_in, kernel.out_bytes, *flags, kernel.spill_bytes, kernel.live_bytes)
+    return RegionLoad(tuple(nodes), flops, w, *legs, stream_in=acts)
+
+
+def spill_bytes(load: RegionLoad, c: ChipConstants) -> np.ndarray:
+    """Per node of ``load``, the bytes its intermediate spills on chip ``c``: its write
+    and read-back where its live set exceeds the on-chip buffer, else 0 (always 0 on the
+    per-node traffic leg, which keeps every intermediate resident).
+
+    Example:
+        >>> import aneforge as af
+        >>> from aneforge.compiler.program import Program
+        >>> x, m1 = af.input((512, 512)), get_target("h13")
+        >>> prog = Program.from_outputs([x.exp() + 1.0])  # exp: 512 KiB, past the buffer
+        >>> (load,) = program_loads(prog, m1.family, traffic="kernel")
+        >>> spill_bytes(load, chip_constants(m1)).tolist()
+        [1048576.0, 0.0]
+    """
+    if load.spill is None:
+        return np.zeros(len(load.nodes))
+    return np.where(load.live > c.kernel_buffer_bytes, load.spill, 0.0)
 
 
 def load_parts(load: RegionLoad, c: ChipConstants) -> tuple[np.ndarray, ...]:
@@ -219,7 +269,10 @@ def load_parts(load: RegionLoad, c: ChipConstants) -> tuple[np.ndarray, ...]:
     w = load.weight_bytes
     slices = np.where(w > c.kernel_buffer_bytes, np.ceil(w / c.kernel_buffer_bytes), 1.0)
     data = load.acts_in + load.out_bytes
-    restream = load.acts_in * (slices - 1) / c.restream_bw  # input again for each slice
+    streamed = load.acts_in if load.stream_in is None else load.stream_in
+    # Through the shared fabric: the input again for each further weight slice, and a
+    # spilled intermediate out and back (both re-read activations of this program).
+    restream = (streamed * (slices - 1) + spill_bytes(load, c)) / c.restream_bw
     weights, acts = w / c.bw_kernel, data / c.bw_data + restream
     # A GEMV may swap roles: the activation becomes the kernel, the weight streams as data.
     sw_weights, sw_acts = w / c.bw_data, data / c.bw_kernel + restream
@@ -309,11 +362,40 @@ def bridge_load(node) -> tuple:
     return node.op, c.cut_us + max(compute, memory), bound, nbytes, flops
 
 
-def program_loads(prog, family: int | None, swap_rows: int = 16, int8: bool = False) -> list:
+def check_traffic(traffic: str) -> str:
+    """``traffic`` if it is one of :data:`TRAFFIC`, else :class:`OptionError`.
+
+    Example:
+        >>> check_traffic("kernel")
+        'kernel'
+    """
+    if traffic not in TRAFFIC:
+        raise OptionError(f"traffic={traffic!r} is not one of {', '.join(TRAFFIC)}")
+    return traffic
+
+
+def program_loads(
+    prog,
+    family: int | None,
+    swap_rows: int = 16,
+    int8: bool = False,
+    traffic: str = DEFAULT_TRAFFIC,
+) -> list:
     """Per region of ``prog``, what it asks of a chip of ``family`` whatever the
     constants: a :class:`RegionLoad` for a fused region, a :func:`bridge_load` tuple
     (time at index 1) for a bridge. Pass it to :func:`analytic_estimate` to price many
-    constants quickly."""
+    constants quickly. ``traffic`` picks the memory leg (:data:`TRAFFIC`).
+
+    Example:
+        >>> import aneforge as af
+        >>> from aneforge.compiler.program import Program
+        >>> x = af.input((256, 256))
+        >>> prog = Program.from_outputs([x.exp() * x])  # x read twice, loaded once
+        >>> [float(load.acts_in.sum()) for t in TRAFFIC for load in program_loads(
+        ...     prog, None, traffic=t)]
+        [262144.0, 131072.0]
+    """
+    kernel = check_traffic(traffic) == "kernel"
     later = {id(t) for t in prog.outputs}
     for region in prog.regions:
         if region.kind == "bridge":
@@ -323,7 +405,8 @@ def program_loads(prog, family: int | None, swap_rows: int = 16, int8: bool = Fa
         if region.kind == "bridge":
             loads.append(bridge_load(region.nodes[0]))
         else:
-            loads.append(region_load(region.nodes, family, later, swap_rows, int8))
+            traffic_of = kernel_traffic(prog, region) if kernel else None
+            loads.append(region_load(region.nodes, family, later, swap_rows, int8, traffic_of))
     return loads
 
 
@@ -339,15 +422,18 @@ def program_time_us(loads, c: ChipConstants) -> float:
     return total
 
 
-def analytic_estimate(prog, target: Target, p: AnalyticParams | None = None, loads=None) -> dict:
+def analytic_estimate(
+    prog, target: Target, p: AnalyticParams | None = None, loads=None, traffic=DEFAULT_TRAFFIC
+) -> dict:
     """Estimate of a Program on ``target``: total microseconds and per-region parts.
 
     ``loads``: the program's :func:`program_loads` for ``target``'s family, if already
-    computed (the fitter prices one program under many constants).
+    computed (the fitter prices one program under many constants); else they are
+    computed with the ``traffic`` leg.
     """
     c = chip_constants(target, p)
     if loads is None:
-        loads = program_loads(prog, target.family, c.swap_rows)
+        loads = program_loads(prog, target.family, c.swap_rows, traffic=traffic)
     regions = []
     for load in loads:
         if isinstance(load, RegionLoad):

@@ -54,13 +54,16 @@ from ..graph.tensor import Tensor
 from ..tables import TableMixin
 from ..targets.names import resolve_target
 from .analytic import (
+    DEFAULT_TRAFFIC,
     ChipConstants,
     RegionLoad,
+    check_traffic,
     chip_constants,
     load_parts,
     node_times,
     program_loads,
     program_time_us,
+    spill_bytes,
 )
 from .calibration import Constants, constants
 
@@ -239,19 +242,25 @@ def roofs(target=None) -> dict:
     }
 
 
-#: The estimates of each Program, by (int8, constants, target): outside the Program, and
-#: dropped with it (an estimate is a function of the immutable program and those keys).
+#: The estimates of each Program, by (int8, constants, target, traffic): outside the
+#: Program, and dropped with it (an estimate is a function of the immutable program and
+#: those keys).
 _ESTIMATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @paused_gc()  # one record per layer: see aneforge.gcpause
 def estimate_breakdown(
-    out, int8: bool = False, calibration: Constants | None = None, target=None
+    out,
+    int8: bool = False,
+    calibration: Constants | None = None,
+    target=None,
+    traffic: str = DEFAULT_TRAFFIC,
 ) -> Estimate:
     """Like :func:`estimate`, returning the :class:`Estimate` with its per-layer parts.
 
     ``target`` (an architecture or chip name) prices the program with that chip's
-    analytic model; ``calibration`` replaces the default model's constants. Each layer
+    analytic model; ``calibration`` replaces the default model's constants; ``traffic``
+    picks the memory leg (:data:`aneforge.cost.analytic.TRAFFIC`). Each layer
     (:class:`NodeCost`) carries its name (``Program.layer_name``), op, time, what bounds
     it, FLOPs and bytes.
 
@@ -265,7 +274,7 @@ def estimate_breakdown(
     given = Program.coerce(out, "estimate")
     tgt = None if target is None else resolve_target(target)
     c = calibration or constants()
-    memo_key = (bool(int8), c, tgt)  # a chip's memory makes M4 and M4 Max two keys
+    memo_key = (bool(int8), c, tgt, check_traffic(traffic))  # M4, M4 Max: two keys
     memo = _ESTIMATES.setdefault(given, {})
     cached = memo.get(memo_key)
     if cached is not None:
@@ -278,15 +287,17 @@ def estimate_breakdown(
         if int8:  # price the whole-graph int8 variant on that chip
             prog = Program.from_outputs(quantize_graph_int8(list(prog.outputs)))
         chip, family = chip_constants(tgt), tgt.family
-    result = _price(prog, chip, family, int8 and tgt is None, c)
+    result = _price(prog, chip, family, int8 and tgt is None, c, traffic)
     result.target = None if tgt is None else tgt.arch
     result.chip = None if tgt is None else tgt.chip
     memo[memo_key] = result  # a Program is immutable: its estimate never goes stale
     return result
 
 
-def _price(prog: Program, chip: ChipConstants, family, int8: bool, c: Constants) -> Estimate:
-    loads = program_loads(prog, family, chip.swap_rows, int8=int8)
+def _price(
+    prog: Program, chip: ChipConstants, family, int8: bool, c: Constants, traffic: str
+) -> Estimate:
+    loads = program_loads(prog, family, chip.swap_rows, int8, traffic)
     names = prog.layer_names
     nodes: list[NodeCost] = []
     floors = fused = cuts = 0.0
@@ -306,7 +317,7 @@ def _price(prog: Program, chip: ChipConstants, family, int8: bool, c: Constants)
         compute, weights, acts, passes = load_parts(load, chip)
         times = node_times(compute, weights, acts, passes)
         fused += float(times.sum())
-        nbytes = load.weight_bytes + load.acts_in + load.out_bytes
+        nbytes = load.weight_bytes + load.acts_in + load.out_bytes + spill_bytes(load, chip)
         for i, node in enumerate(load.nodes):
             terms = (float(compute[i]), float(weights[i]), float(acts[i]), float(passes[i]))
             nodes.append(NodeCost(node, region.index, "fused", float(times[i]), _bound(*terms),
@@ -316,7 +327,7 @@ def _price(prog: Program, chip: ChipConstants, family, int8: bool, c: Constants)
     if int8:
         saved = sum(
             float(np.sum(full.weight_bytes - enc.weight_bytes))
-            for full, enc in zip(program_loads(prog, None, 0), loads)
+            for full, enc in zip(program_loads(prog, None, 0, traffic=traffic), loads)
             if isinstance(enc, RegionLoad)
         )
         total -= min(INT8_TIE_US_PER_BYTE * saved, INT8_TIE_MAX_FLOOR_SHARE * c.floor_us)
@@ -336,15 +347,20 @@ def _bound(compute: float, weights: float, acts: float, overhead: float) -> str:
     return "weights" if weights >= acts else "activations"
 
 
-def estimate(out, int8: bool = False, target=None) -> float:
+def estimate(out, int8: bool = False, target=None, traffic: str = DEFAULT_TRAFFIC) -> float:
     """Predicted latency in microseconds of a graph (Tensor(s)) or a compiled Program.
 
     ``target=None`` uses the default model (measured on an M5 Pro; the optimizer's
     pruning heuristic); with ``target`` (an architecture such as ``'h13'`` or a chip
     name such as ``'M1'``) the analytic per-chip model answers, and a target the
     program cannot compile for raises :class:`~aneforge.errors.PreflightError`.
-    ``int8=True`` prices weights as per-channel int8. Deterministic and
-    measurement-free. See the module docstring for the formula and its biases.
+    ``int8=True`` prices weights as per-channel int8. ``traffic`` picks where a
+    region's memory leg comes from: ``"nodes"`` (per-node bytes from shapes) or
+    ``"kernel"`` (the region kernel's compulsory traffic plus the spills of
+    intermediates that overflow the chip's on-chip buffer; docs/cost_model.md, "The
+    traffic leg"); anything else raises :class:`~aneforge.errors.OptionError`.
+    Deterministic and measurement-free. See the module docstring for the formula and
+    its biases.
 
     Example:
         >>> import aneforge as af
@@ -352,7 +368,7 @@ def estimate(out, int8: bool = False, target=None) -> float:
         >>> af.estimate(x.relu(), target="M1") > af.estimate(x.relu(), target="M5 Pro") > 0
         True
     """
-    return estimate_breakdown(out, int8, target=target).total_us
+    return estimate_breakdown(out, int8, target=target, traffic=traffic).total_us
 
 
 def floor_dominated_message(prog) -> str | None:
