@@ -278,7 +278,7 @@ class LoopNest:
 
     Example:
         >>> from aneforge.graph.registry import get_op
-        >>> get_op("sum").nest.combine, get_op("group_norm").nest is None
+        >>> get_op("sum").nest.combine, get_op("cumsum").nest is None
         ('add', True)
     """
 
