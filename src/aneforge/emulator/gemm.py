@@ -179,6 +179,7 @@ _PC = 8  # panels (of _NR columns) per task
 # tiny product costs milliseconds on a loaded machine (the result is the same either way:
 # each output's k order does not depend on the threads).
 _SERIAL_WORK = 1 << 22
+_TRANSPOSE_GAIN = 0.75  # run C^T = B^T A^T when its padded work is below this share
 _PORTABLE_ENV = "ANEFORGE_EMU_GEMM_PORTABLE"
 _FORCE_PORTABLE = os.environ.get(_PORTABLE_ENV, "") not in ("", "0")
 
@@ -529,7 +530,8 @@ def _padded_work(m, n):
 
 def _run_kernel(a, b, nb, m, k, n):
     """gemm_fast without the checks: pick the orientation, pad, pack, run the kernel."""
-    if _padded_work(n, m) < _padded_work(m, n):
+    # the transposed run pays two transposing copies: worth it only for a clear saving
+    if _padded_work(n, m) < _TRANSPOSE_GAIN * _padded_work(m, n):
         # C^T = B^T A^T: the same products (multiplication commutes) in the same k order
         out_t = _run_oriented(b.transpose(0, 2, 1), a.transpose(0, 2, 1), nb, n, k, m)
         return np.ascontiguousarray(out_t.transpose(0, 2, 1))
