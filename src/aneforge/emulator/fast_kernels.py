@@ -265,35 +265,42 @@ def _probe():
     return [x, mean, var, w, b], {"eps": 1e-5, "has_weight": True, "has_bias": True}
 
 
-def _ensure_batch_norm() -> bool:
-    """Compile and check the kernel once (both launch sizes); True when usable."""
-    if _state["ok"] is not None:
-        return _state["ok"]
+def _checked_once(state: dict, matches) -> bool:
+    """Whether a compiled kernel is usable: on the first call load numba and run
+    ``matches()`` (True when the kernel gives the reference's bits on its probe), keep
+    the answer in ``state`` (``"ok"``, and ``"error"`` saying why not) and return it."""
+    if state["ok"] is not None:
+        return state["ok"]
     with _lock:
-        if _state["ok"] is None:
+        if state["ok"] is None:
             ok = False
             try:
                 if not _load():
                     raise RuntimeError(f"numba could not be imported ({_gemm.NUMBA_IMPORT_ERROR})")
-                inputs, attrs = _probe()
-                want = _batch_norm_emulate(inputs, attrs)
-                got_s = _run_batch_norm(inputs, attrs)
-                big = [np.tile(inputs[0], (1, 1, 1 + _SERIAL_ELEMENTS // 670)), *inputs[1:]]
-                got_p = _run_batch_norm(big, attrs)
-                want_p = _batch_norm_emulate(big, attrs)
-                ok = (
-                    got_s is not None
-                    and got_p is not None
-                    and np.array_equal(got_s.view(np.uint16), want.view(np.uint16))
-                    and np.array_equal(got_p.view(np.uint16), want_p.view(np.uint16))
-                )
+                ok = bool(matches())
                 if not ok:
-                    _state["error"] = "compiled batch_norm disagrees with the reference"
+                    state["error"] = "the compiled kernel disagrees with the reference"
             except Exception as exc:  # compile failure: the op's own kernel serves
-                _state["error"] = exc
-                ok = False
-            _state["ok"] = ok
-    return _state["ok"]
+                state["error"] = exc
+            state["ok"] = ok
+    return state["ok"]
+
+
+def _batch_norm_matches() -> bool:
+    """The compiled batch_norm gives the reference's bits at both launch sizes."""
+    inputs, attrs = _probe()
+    big = [np.tile(inputs[0], (1, 1, 1 + _SERIAL_ELEMENTS // 670)), *inputs[1:]]
+    for case in (inputs, big):
+        got = _run_batch_norm(case, attrs)
+        want = _batch_norm_emulate(case, attrs)
+        if got is None or not np.array_equal(got.view(np.uint16), want.view(np.uint16)):
+            return False
+    return True
+
+
+def _ensure_batch_norm() -> bool:
+    """Compile and check the kernel once (both launch sizes); True when usable."""
+    return _checked_once(_state, _batch_norm_matches)
 
 
 def batch_norm_fast(inputs, attrs):
@@ -355,25 +362,16 @@ def _dw_probe():
     return [x, w, b], attrs
 
 
+def _depthwise_matches() -> bool:
+    inputs, attrs = _dw_probe()
+    want = _conv_emulate(inputs, attrs, Arith.generic(_gemm.gemm_reference))
+    got = _run_depthwise(inputs, attrs)
+    return got is not None and _gemm._same_bits(got, np.asarray(want, np.float16))
+
+
 def _ensure_depthwise() -> bool:
-    if _dw_state["ok"] is not None:
-        return _dw_state["ok"]
-    with _lock:
-        if _dw_state["ok"] is None:
-            ok = False
-            try:
-                if not _load():
-                    raise RuntimeError(f"numba could not be imported ({_gemm.NUMBA_IMPORT_ERROR})")
-                inputs, attrs = _dw_probe()
-                want = _conv_emulate(inputs, attrs, Arith.generic(_gemm.gemm_reference))
-                got = _run_depthwise(inputs, attrs)
-                ok = got is not None and _gemm._same_bits(got, np.asarray(want, np.float16))
-                if not ok:
-                    _dw_state["error"] = "compiled depthwise conv disagrees with the reference"
-            except Exception as exc:  # compile failure: the op's own kernel serves
-                _dw_state["error"] = exc
-            _dw_state["ok"] = ok
-    return _dw_state["ok"]
+    """Compile and check the depthwise kernel once; True when usable."""
+    return _checked_once(_dw_state, _depthwise_matches)
 
 
 def depthwise_conv_fast(inputs, attrs):
