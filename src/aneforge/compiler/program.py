@@ -152,6 +152,12 @@ class Program:
         report: the :class:`PassReport` of the passes that made it; ``passes`` (its
             merged entries, read-only) and ``tune_report`` (the tuner's report, or
             None) are views of it.
+        placements: the placement vectors its fused regions run with on the emulator,
+            ``((region index, ('inline' | 'materialize', ...)), ...)`` sorted by index,
+            one entry per intermediate (:mod:`aneforge.kernel.lower`); a region not
+            named runs with the default (:func:`aneforge.kernel.compiled.
+            default_placement`). ``af.tune`` on the emulator sets them
+            (:meth:`with_placements`); they change no bit of the results.
         inputs: the graph inputs in creation order (derived).
         dead_after: per node index, the values no later node needs (derived).
 
@@ -173,6 +179,7 @@ class Program:
     target: object = None
     output_names: tuple | None = None
     report: PassReport = NO_PASSES
+    placements: tuple = ()
     inputs: tuple = field(init=False, repr=False)
     dead_after: tuple = field(init=False, repr=False)
 
@@ -185,6 +192,8 @@ class Program:
             raise OptionError(
                 f"Program: report must be a PassReport, got {type(self.report).__name__}"
             )
+        if self.placements:
+            object.__setattr__(self, "placements", _checked_placements(self, self.placements))
         inputs = sorted((n for n in nodes if n.op == "input"), key=lambda t: t._order)
         for key, value in (
             ("outputs", outputs),
@@ -266,6 +275,32 @@ class Program:
         new.__dict__.update(self.__dict__)  # the fields and the cached views
         new.__dict__.update(changes)
         return new
+
+    def with_placements(self, placements) -> Program:
+        """A copy whose fused regions run with ``placements`` (a mapping or pairs of
+        region index -> one ``'inline'`` / ``'materialize'`` per intermediate of the
+        region, in region order), replacing any it had; ``{}`` restores the defaults.
+        Raises :class:`~aneforge.errors.OptionError` naming a region that is not a fused
+        one, a vector of the wrong length or a value that is no placement.
+
+        Example:
+            >>> import aneforge as af
+            >>> x = af.input((4,), name="x")
+            >>> prog = Program.from_outputs([(x.exp() + 1.0).tanh()])
+            >>> prog.with_placements({0: ["inline", "materialize"]}).placement(0)
+            ('inline', 'materialize')
+            >>> prog.placement(0) is None
+            True
+        """
+        new = self.replace()
+        checked = _checked_placements(self, placements)
+        new.__dict__["placements"] = checked
+        return new
+
+    def placement(self, index: int) -> tuple[str, ...] | None:
+        """The placement vector fused region ``index`` runs with, or None (the
+        default)."""
+        return dict(self.placements).get(index)
 
     # ---- the pass report ---------------------------------------------------------------
     @property
@@ -371,8 +406,12 @@ class Program:
             f"  regions: {len(self.fused_regions)} fused, {len(self.cuts)} cut(s) (bridge ops)"
         )
         index = {id(n): i for i, n in enumerate(self.nodes)}
+        placed = dict(self.placements)
         for region in self.regions:
             label = "fused region" if region.kind == "fused" else "bridge (cut)"
+            if region.index in placed:
+                vector = placed[region.index]
+                label += f", placement: {vector.count('inline')} of {len(vector)} inlined"
             lines.append(f"  [{region.index}] {label}")
             for n in region.nodes:
                 args = ", ".join(f"%{index[id(s)]}" for s in n.srcs)
@@ -477,6 +516,61 @@ class Program:
     def _execute(self, args, kwargs, device):
         inputs = self.prepare_inputs(args, kwargs)
         return get_device(device).run(self, inputs)
+
+
+#: The values of a placement vector (those of :class:`aneforge.kernel.lower.Placement`).
+PLACEMENT_CHOICES = ("materialize", "inline")
+
+
+def _intermediates(program: Program, region) -> int:
+    """How many intermediates fused ``region`` has: nodes neither program outputs nor
+    read outside it (:func:`aneforge.kernel.lower.region_nodes` lists them)."""
+    inside = {id(n) for n in region.nodes}
+    seen = {id(t) for t in program.outputs}
+    for node in program.nodes:
+        if id(node) not in inside:
+            seen.update(id(s) for s in node.srcs if id(s) in inside)
+    return sum(id(n) not in seen for n in region.nodes)
+
+
+def _checked_placements(program: Program, placements) -> tuple:
+    """``placements`` (a mapping or pairs) as the sorted tuple of :attr:`Program.
+    placements`, every entry checked against ``program``'s fused regions."""
+    pairs = placements.items() if isinstance(placements, Mapping) else placements
+    fused = {r.index: r for r in program.fused_regions}
+    out: dict[int, tuple[str, ...]] = {}
+    for pair in pairs:
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise OptionError(
+                f"placements: {pair!r:.60} is not a (region index, vector) pair; give "
+                "{region index: ['inline' | 'materialize', ...]}"
+            )
+        index, vector = pair
+        if isinstance(index, bool) or not isinstance(index, int) or index not in fused:
+            raise OptionError(
+                f"placements: region {index!r:.40} is not a fused region of this program; "
+                f"its fused regions are {sorted(fused)}"
+            )
+        if index in out:
+            raise OptionError(f"placements: region {index} is given twice")
+        if isinstance(vector, str) or not isinstance(vector, (tuple, list)):
+            raise OptionError(
+                f"placements: region {index}'s placement {vector!r:.60} is not a list of "
+                "'inline' / 'materialize'"
+            )
+        bad = [p for p in vector if not (isinstance(p, str) and str(p) in PLACEMENT_CHOICES)]
+        if bad:
+            raise OptionError(
+                f"placements: region {index}: {bad[0]!r:.40} is not one of 'materialize', 'inline'"
+            )
+        want = _intermediates(program, fused[index])
+        if len(vector) != want:
+            raise OptionError(
+                f"placements: region {index} has {want} intermediate(s), the placement "
+                f"gives {len(vector)}; give one 'inline' / 'materialize' per intermediate"
+            )
+        out[index] = tuple(str(p) for p in vector)
+    return tuple(sorted(out.items()))
 
 
 def _target_label(target) -> str:

@@ -18,7 +18,13 @@ goes on uncached:
   :data:`STALE_TMP_S` (a live writer's younger one is left alone).
 
 What an entry names is checked against the call's own gate by ``tune`` itself (a lossy
-variant is re-validated, never trusted).
+variant is re-validated, never trusted; placements are checked against the program's
+regions before they are applied).
+
+Schema 1 took the emulator's placements (``placements``, ``placement_search``) as
+optional fields: an entry without them is still read (on the emulator the placements
+are then tuned and the entry rewritten), and an older reader ignores them, so the
+version stays 1.
 
 Example:
     >>> import os, tempfile
@@ -84,6 +90,9 @@ def entry_problem(data) -> str | None:
         value = data.get(field, [])
         if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
             return f"{field} is not a list of variant names"
+    problem = _placements_problem(data)
+    if problem is not None:
+        return problem
     for field, allow_inf in (("times_s", False), ("predicted_us", False), ("errors", True)):
         value = data.get(field, {})
         if not isinstance(value, dict):
@@ -91,6 +100,31 @@ def entry_problem(data) -> str | None:
         for name, number in value.items():
             if not _is_number(number, allow_inf):
                 return f"{field}[{name!r:.40}] is {number!r:.40}, not a number >= 0"
+    return None
+
+
+_PLACEMENTS = ("inline", "materialize")
+
+
+def _placements_problem(data: dict) -> str | None:
+    """Why ``data``'s ``placements`` (``[[region index, [placement, ...]], ...]``) or
+    ``placement_search`` (one object of numbers per region) are malformed, or None."""
+    pairs = data.get("placements", [])
+    if not isinstance(pairs, list):
+        return f"placements is a {type(pairs).__name__}, not a list"
+    for pair in pairs:
+        ok = isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is int
+        ok = ok and pair[0] >= 0 and isinstance(pair[1], list)
+        if not ok or not all(isinstance(p, str) and p in _PLACEMENTS for p in pair[1]):
+            return f"placements holds {pair!r:.60}, not [region index, ['inline' | ...]]"
+    search = data.get("placement_search", [])
+    if not isinstance(search, list):
+        return f"placement_search is a {type(search).__name__}, not a list"
+    for item in search:
+        if not isinstance(item, dict) or not all(
+            _is_number(v, allow_inf=True) for v in item.values()
+        ):
+            return f"placement_search holds {item!r:.60}, not an object of numbers >= 0"
     return None
 
 

@@ -18,6 +18,14 @@
    still meets ``atol``. An entry that fails is a warning and the graph is re-tuned, so
    a default call never returns a lossy program.
 
+6. On the emulator (its compiled fused regions), the chosen program's placement vectors
+   are tuned too (:mod:`~aneforge.optimizer.placement_tune`: branch and bound per
+   region, pruned under this machine's envelope, ties to the default placement); they
+   are cached in the entry (``placements``) and re-applied on a hit without measuring.
+   An entry written before placements were tuned gets them tuned and is rewritten.
+   With ``calibration_file=`` (or ``$ANEFORGE_CALIBRATION_FILE``) every placement
+   timing is appended to that log as one calibration row.
+
 With ``target_error=E`` it is precision-aware tuning instead
 (:func:`~aneforge.optimizer.precision_tune.tune_precision`): the cheapest candidate whose
 measured error meets ``E``. Either way ``tune`` returns a Program, its report in
@@ -38,7 +46,7 @@ import inspect
 
 from ..compiler.program import PassReport, Program
 from ..cost.estimate import estimate
-from ..devices import get_device
+from ..devices import get_device, numerics_target
 from ..errors import OptionError
 from ..graph.hashing import structural_hash
 from ..graph.rewrite import BIT_IDENTICAL, LOSSY
@@ -47,6 +55,7 @@ from . import variants as variant_lib
 from .cache import TuneCache
 from .measure import DEFAULT_ATOL, MIN_LOSSY_SPEEDUP, device_id, relative_deviation, seeded_inputs
 from .passes import Option, PassResult, PassState, register_pass
+from .placement_tune import applies, tune_placements
 from .precision_tune import tune_precision
 
 
@@ -88,6 +97,37 @@ def _from_cache(store, key, hit, outs, atol, dev, baseline_prog, feeds):
     return _tuned(prog, variant, report)
 
 
+def _placed(prog: Program, dev, feeds, calibration_file) -> tuple[Program, dict]:
+    """``prog`` with its placements tuned on ``dev`` and the report entries saying so
+    (nothing for a device whose times they do not change)."""
+    if not applies(dev):
+        return prog, {}
+    placed, search = tune_placements(
+        prog, feeds, numerics_target(dev, prog), calibration_file=calibration_file
+    )
+    entries = {"placements": [[i, list(v)] for i, v in placed.placements]}
+    return placed, dict(entries, placement_search=search)
+
+
+def _placed_hit(store, key, hit, prog: Program, dev, feeds, calibration_file) -> Program:
+    """The cache hit ``prog`` with the entry's placements re-applied (emulator only);
+    an entry without them (or whose placements do not fit the program: a warning) has
+    them tuned and is rewritten."""
+    if not applies(dev):
+        return prog
+    if "placements" in hit:
+        try:
+            return prog.with_placements([tuple(pair) for pair in hit["placements"]])
+        except OptionError as err:
+            path = store.path(key)
+            store.warn(path, f"ignoring the placements of tuning cache entry {path} ({err}); "
+                             "re-tuning them", 4)  # fmt: skip
+    placed, entries = _placed(prog, dev, feeds, calibration_file)
+    store.put(key, dict(hit, **entries))
+    report = dict(prog.tune_report, **entries)
+    return placed.replace(report=PassReport(prog.report.pipeline, prog.report.records, report))
+
+
 def _tuned(prog: Program, variant, report: dict) -> Program:
     """``prog`` (of ``variant``) as the tuner's result: opt=2, its report carrying the
     variant pipeline's records and the tuner's report."""
@@ -107,6 +147,7 @@ def tune(
     cache_dir=None,
     target_error=None,
     allow_paired: bool = False,
+    calibration_file=None,
 ):
     """Measure the graph's variants on ``device`` and return the fastest correct one.
 
@@ -126,6 +167,9 @@ def tune(
             ``device`` and ``allow_paired`` (the other options must stay at their
             defaults) and return what it returns, ``(program, report)``.
         allow_paired: with ``target_error``, also try the paired-fp16 cancellation fix.
+        calibration_file: on the emulator, a calibration log the placement search
+            appends one row per timing to (default ``$ANEFORGE_CALIBRATION_FILE``);
+            not part of the cache key (a hit measures nothing and writes no row).
 
     Returns:
         The chosen Program, with ``tune_report`` (variant, measured times, errors,
@@ -143,6 +187,7 @@ def tune(
             "prune_factor": prune_factor,
             "cache": cache,
             "cache_dir": cache_dir,
+            "calibration_file": calibration_file,
         }
         extra = [n for n, v in given.items() if v != TUNE_DEFAULTS[n]]
         if extra:
@@ -179,7 +224,7 @@ def tune(
     if hit is not None:
         prog = _from_cache(store, key, hit, outs, atol, dev, baseline_prog, feeds)
         if prog is not None:
-            return prog
+            return _placed_hit(store, key, hit, prog, dev, feeds, calibration_file)
 
     lossy_allowed = atol > DEFAULT_ATOL
     variants = variant_lib.build_variants(outs, lossy=lossy_allowed, compress=lossy_allowed)
@@ -221,6 +266,8 @@ def tune(
         "errors": errors,
         "device": device_id(dev),
     }
+    programs[choice], entries = _placed(programs[choice], dev, feeds, calibration_file)
+    report.update(entries)
     if store:
         store.put(key, report)
     return _tuned(programs[choice], variants[choice], dict(report, cached=False))
@@ -234,7 +281,7 @@ TUNE_DEFAULTS = {
     if p.default is not inspect.Parameter.empty
 }
 _MEASURE_OPTIONS = ("budget", "atol", "min_lossy_speedup", "prune_factor", "device", "cache",
-                    "cache_dir")  # fmt: skip
+                    "cache_dir", "calibration_file")  # fmt: skip
 
 
 @register_pass(
