@@ -147,7 +147,11 @@ def compile(  # noqa: A001  (public API name)
         level = 2 if opt == "max" else opt
         # stacklevel 2: each pass's warnings point at the line that called compile
         state, report = run_pipeline(pipe, outs, tgt, level, names, stacklevel=2)
-        return state.program.replace(report=report)
+        prog = state.program.replace(report=report)
+        placed = (report.tune or {}).get("placements")
+        if placed:  # the tuner's placement vectors (the passes after it only check)
+            prog = prog.with_placements([tuple(pair) for pair in placed])
+        return prog
 
 
 def _compress_mode(compress, atol, int8):

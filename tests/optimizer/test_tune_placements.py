@@ -310,3 +310,13 @@ def test_bad_placements_raise_option_errors(placements, says):
         placements = [(0, ["inline"] * n)] * 2
     with pytest.raises(OptionError, match=says):
         prog.with_placements(placements)
+
+
+def test_compile_opt_2_carries_the_tuned_placements(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANEFORGE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(placement_tune, "TIE_MARGIN", 0.0)  # the stand-in has no noise
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DispatchFloorWarning)
+        prog = af.compile(_graph(), opt=2)
+    placed = prog.tune_report["placements"]
+    assert placed and [[i, list(v)] for i, v in prog.placements] == placed
