@@ -152,8 +152,8 @@ def _dw_kernel_py(xp, w, bias, geo, out):
                 for t in range(kw):
                     wv = w[ch, i, t]
                     off = t * dw
-                    for j in range(wo_n):
-                        acc[j] = acc[j] + _r16(_h2f(row[j * sw + off]) * wv)
+                    for j in range(wo_n):  # an unsigned index: no wraparound, so it vectorizes
+                        acc[j] = acc[j] + _r16(_h2f(row[np.uintp(j * sw + off)]) * wv)
             dst = out[z, ch, ho]
             bc = bias[ch]
             for j in range(wo_n):

@@ -170,8 +170,17 @@ class _Gen:
             parts.append(self.int_(a.offset))
         return " + ".join(parts) or "0"
 
+    def position(self, a: Affine) -> str:
+        """An index into a buffer: unsigned unless it is a bare iterator or a constant,
+        so numba emits no negative-index wraparound (which keeps loops from vectorizing);
+        every evaluated access is in bounds (reads outside sit under a guard)."""
+        text = self.affine(a)
+        if a.is_fixed or (a.terms == ((a.terms[0][0], 1),) and not a.offset):
+            return text
+        return f"np.uintp({text})"
+
     def cell(self, node: str, index) -> str:
-        return f"{self.buf(node)}[{', '.join(self.affine(a) for a in index)}]"
+        return f"{self.buf(node)}[{', '.join(self.position(a) for a in index)}]"
 
     # -- scalars: (text, class) ---------------------------------------------------------
 
