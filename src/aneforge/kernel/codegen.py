@@ -379,8 +379,9 @@ class _Gen:
             loop = "numba.prange" if st.index == self.parallel_loop else "range"
             self.emit(f"for {self.var('i', st.index)} in {loop}({lo}, {self.int_(st.hi + 1)}):")
             self.depth += 1
-            self.emit("pass")
             self.body(st.body)
+            if not st.body:
+                self.emit("pass")
             self.depth -= 1
         elif isinstance(st, Set):
             self.hoist(st.value)
@@ -419,8 +420,9 @@ class _Gen:
             cond, _ = self.value(st.cond)
             self.emit(f"if {cond} != 0:")
             self.depth += 1
-            self.emit("pass")
             self.body(st.body)
+            if not st.body:
+                self.emit("pass")
             self.depth -= 1
         elif isinstance(st, Opaque):
             raise Unsupported(f"opaque {st.op} (runs on the host)")
