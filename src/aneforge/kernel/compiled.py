@@ -60,7 +60,7 @@ from ..graph.tensor import Tensor
 from . import jitlib
 from .codegen import GeneratedKernel, Unsupported, generate, table
 from .ir import Opaque
-from .lower import HOST, Lowered, Placement, _lowerable, _scatters, lower, region_nodes
+from .lower import HOST, Lowered, Placement, lower, opaque_reason, region_nodes, scatters
 
 __all__ = ["RegionPlan", "default_placement", "execute_regions", "host_nodes", "plan_region"]
 
@@ -102,7 +102,7 @@ def _reduced_terms(node: Tensor) -> int:
 
 def _compilable(node: Tensor, chip) -> bool:
     """Whether ``node`` runs inside a generated kernel (else on the host)."""
-    if _lowerable(node) is not None:
+    if opaque_reason(node) is not None:
         return False
     nest = get_op(node.op).nest
     if nest.kind == "contract":  # the blocked GEMM, or the depthwise kernel
@@ -145,7 +145,7 @@ def default_placement(program, region, host: set[int]) -> list[Placement]:
             and reader is not None
             and reader.kind in _READS_ONCE
             and id(readers[0]) not in host
-            and not _scatters(n)
+            and not scatters(n)
         )
         out.append(Placement.INLINE if inline else Placement.MATERIALIZE)
     return out

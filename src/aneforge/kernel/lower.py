@@ -70,7 +70,16 @@ from .ir import (
     it,
 )
 
-__all__ = ["Lowered", "Lowerer", "Placement", "lower", "region_nodes", "resolve"]
+__all__ = [
+    "Lowered",
+    "Lowerer",
+    "Placement",
+    "lower",
+    "opaque_reason",
+    "region_nodes",
+    "resolve",
+    "scatters",
+]
 
 _ARITH = Arith.generic(gemm_reference)
 
@@ -414,7 +423,7 @@ class Lowerer:
         taps = [self.iterator("t") for _ in geo.kernel]
         n, o, *out = index
         # groups > 1 lower here with one output channel per group (depthwise and the
-        # like): input channel o * Cin/groups + c (see _lowerable)
+        # like): input channel o * Cin/groups + c (see opaque_reason)
         channel = it(c) if geo.groups == 1 else o * w.shape[1] + it(c)
         spatial = tuple(
             y * s + it(t) * d - p[0]
@@ -469,7 +478,9 @@ def _grouped(node: Tensor) -> bool:
     return nest is not None and nest.form == "group_norm"
 
 
-def _scatters(node: Tensor) -> bool:
+def scatters(node: Tensor) -> bool:
+    """Whether movement ``node`` only scatters affinely (it lowers materialized, writing
+    each source cell where it lands)."""
     nest = get_op(node.op).nest
     return nest is not None and nest.kind == "index" and not _gathers(node)
 
@@ -492,8 +503,14 @@ def _norm_axes(axes, ndim: int) -> tuple[int, ...]:
     return tuple(range(ndim)) if axes is None else tuple(a % ndim for a in axes)
 
 
-def _lowerable(node: Tensor) -> str | None:
-    """None when ``node`` has a loop nest here, else why it lowers as opaque."""
+def opaque_reason(node: Tensor) -> str | None:
+    """None when ``node`` has a loop nest here, else why it lowers as opaque.
+
+    Example:
+        >>> import aneforge as af
+        >>> opaque_reason(af.cumsum(af.input((4,)))), opaque_reason(af.input((4,)).exp())
+        ('no loop-nest rule', None)
+    """
     nest = get_op(node.op).nest
     if nest is None:
         return "no loop-nest rule"
@@ -536,8 +553,8 @@ def resolve(program: Program, region: Region, placement=None, host=None):
     nodes = region_nodes(program, region)
     places = _placements(placement, nodes.intermediates)
     host = host or {}
-    why = {id(n): HOST if id(n) in host else _lowerable(n) for n in region.nodes}
-    forced = {id(n) for n in region.nodes if why[id(n)] or _scatters(n) or _grouped(n)}
+    why = {id(n): HOST if id(n) in host else opaque_reason(n) for n in region.nodes}
+    forced = {id(n) for n in region.nodes if why[id(n)] or scatters(n) or _grouped(n)}
     forced |= {id(s) for n in region.nodes if why[id(n)] for s in n.srcs}
     chosen = {
         id(n): Placement.MATERIALIZE if id(n) in forced else p
@@ -598,7 +615,7 @@ def _nest(node: Tensor, low: Lowerer, buf: Buffer) -> tuple:
         return low.group_nest(node, buf)
     if get_op(node.op).nest.kind == "row":
         return low.row_nest(node, buf)
-    if _scatters(node):  # write each source cell where it lands
+    if scatters(node):  # write each source cell where it lands
         src = node.srcs[0]
         names = [low.iterator("s") for _ in src.shape]
         cell = tuple(it(m) for m in names)
