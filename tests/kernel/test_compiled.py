@@ -192,3 +192,28 @@ def test_a_failing_plan_warns_once_and_falls_back_to_the_same_bits(monkeypatch):
     with pytest.warns(FastPathWarning, match="disagrees with the op-by-op emulator"):
         got = execute_fp16(prog, xs)
     assert _same(got[0], execute_fp16(prog, xs, regions=False)[0])
+
+
+@pytest.mark.parametrize(
+    "pool, attrs",
+    [
+        (af.max_pool, {"kernel_size": 3, "stride": 2, "padding": 1}),
+        (af.max_pool, {"kernel_size": (2, 3)}),
+        (af.avg_pool, {"kernel_size": 3, "stride": 1, "padding": 1}),  # count excludes pads
+        (af.avg_pool, {"kernel_size": 3, "padding": 1, "count_include_pad": True}),
+        (af.avg_pool, {"kernel_size": (3, 2), "stride": 2, "padding": (1, 1)}),
+    ],
+)
+def test_pools_run_lane_wise_with_the_op_by_op_bits(pool, attrs):
+    rng = np.random.default_rng(17)
+    x = af.input((2, 3, 11, 13), name="x")
+    prog = af.compile(pool((x * 0.5).relu() - 0.25, **attrs), opt=0)
+    (region,) = prog.fused_regions
+    xs = [_with_specials(x.shape, rng)]
+    plan = compiled.plan_region(prog, region, _node_kernel(None))
+    ((kernel, _, _),) = [
+        step for (node, _), step in zip(plan.lowered.steps, plan.steps) if "pool" in node.op
+    ]
+    assert "np.empty(" in kernel.source  # the window's scopes run lane-wise
+    (got,) = compiled.run_plan(plan, _env(prog, xs)).values()
+    assert _same(got, execute_fp16(prog, xs, regions=False)[0])

@@ -122,6 +122,7 @@ class _Gen:
         self.temps = 0
         self.parallel_loop: str | None = None
         self.names: dict[str, str] = {}  # IR iterator / local name -> canonical name
+        self.laned: set[str] = set()  # scopes rendered as one value per lane
 
     def var(self, kind: str, name: str) -> str:
         """A canonical variable for iterator (``"i"``) or local (``"l"``) ``name``,
@@ -340,25 +341,61 @@ class _Gen:
 
     def hoist(self, s) -> None:
         """Render every scope of expression ``s`` (outside other scopes' bodies)."""
-        seen = set()
-        stack = [s]
-        scopes = []
-        while stack:
-            item = stack.pop()
-            if isinstance(item, LocalScope):
-                if item.name not in seen:
-                    seen.add(item.name)
-                    scopes.append(item)
+        for scope in _scopes(s):
+            if scope.name in self.laned:  # rendered already, one value per lane
                 continue
-            if isinstance(item, (Op, Call)):
-                stack.extend(reversed(item.args))
-            elif isinstance(item, Where):
-                stack.extend((item.other, item.then, item.cond))
-            elif isinstance(item, (And, Or)):
-                stack.extend((item.b, item.a))
-        for scope in scopes:
             self.declare(scope.name, scope.dtype, scope.init)
             self.body(scope.body)
+
+    def laned_loop(self, st: For) -> bool:
+        """Render loop ``st`` lane-wise when it is one store of scope values (a pool's
+        windows, say) that read along it: each scope's local becomes an array over the
+        loop's iterations, the scope's own loops run outside the lane loop, and the
+        store follows; every lane accumulates its terms in the same order, so the bits
+        are the same and the inner loop streams along a row. False (nothing rendered)
+        when ``st`` does not have that form."""
+        if st.index == self.parallel_loop or st.trips < 4 or len(st.body) != 1:
+            return False
+        store = st.body[0]
+        if not isinstance(store, Set) or store.accumulate is not None:
+            return False
+        scopes = _scopes(store.value)
+        chains = [_accumulation_chain(sc) for sc in scopes]
+        if not scopes or any(c is None for c in chains):
+            return False
+        if not any(_reads_along(c[-1].value, st.index) for c in chains):
+            return False
+        lane = self.var("i", st.index)
+        lo = "0" if st.lo == 0 else self.int_(st.lo)
+        hi = self.int_(st.hi + 1)
+        at = lane if lo == "0" else f"{lane} - {lo}"
+        for scope, chain in zip(scopes, chains):
+            arr = self.temp()
+            self.emit(f"{arr} = np.empty({hi} - {lo}, np.float32)")
+            self.declare(scope.name, scope.dtype, scope.init)  # the init, as a scalar
+            init = self.var("l", scope.name)
+            self.emit(f"for {lane} in range({lo}, {hi}):")
+            self.emit(f"    {arr}[{at}] = {init}")
+            self.names[f"l:{scope.name}"] = f"{arr}[{at}]"
+            self.laned.add(scope.name)
+            depth = self.depth
+            for loop in chain[:-1]:
+                start = "0" if loop.lo == 0 else self.int_(loop.lo)
+                self.emit(
+                    f"for {self.var('i', loop.index)} in range({start}, {self.int_(loop.hi + 1)}):"
+                )
+                self.depth += 1
+            self.emit(f"for {lane} in range({lo}, {hi}):")
+            self.depth += 1
+            self.statement(chain[-1])
+            self.depth = depth
+        self.emit(f"for {lane} in range({lo}, {hi}):")
+        self.depth += 1
+        self.statement(store)
+        self.depth -= 1
+        for scope in scopes:
+            self.laned.discard(scope.name)
+        return True
 
     def declare(self, name: str, dtype: str, init: float) -> None:
         self.locals[name] = dtype
@@ -375,6 +412,8 @@ class _Gen:
 
     def statement(self, st) -> None:
         if isinstance(st, For):
+            if self.laned_loop(st):
+                return
             lo = "0" if st.lo == 0 else self.int_(st.lo)
             loop = "numba.prange" if st.index == self.parallel_loop else "range"
             self.emit(f"for {self.var('i', st.index)} in {loop}({lo}, {self.int_(st.hi + 1)}):")
@@ -445,6 +484,51 @@ class _Gen:
         if cls == D:
             return f"np.float64({old}) {sym} {new}", D
         return f"{old} {sym} {new}", F
+
+
+def _scopes(s) -> list:
+    """The scopes of expression ``s`` outside other scopes' bodies, each name once."""
+    seen, scopes, stack = set(), [], [s]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, LocalScope):
+            if item.name not in seen:
+                seen.add(item.name)
+                scopes.append(item)
+            continue
+        if isinstance(item, (Op, Call)):
+            stack.extend(reversed(item.args))
+        elif isinstance(item, Where):
+            stack.extend((item.other, item.then, item.cond))
+        elif isinstance(item, (And, Or)):
+            stack.extend((item.b, item.a))
+    return scopes
+
+
+def _accumulation_chain(scope: LocalScope):
+    """``[For, ..., SetLocal]`` when ``scope``'s body is nested loops around one
+    accumulation into its own local by a value with no scope or local of its own,
+    else None."""
+    chain, body = [], scope.body
+    while len(body) == 1 and isinstance(body[0], For):
+        chain.append(body[0])
+        body = body[0].body
+    if len(body) != 1 or not isinstance(body[0], SetLocal):
+        return None
+    acc = body[0]
+    if acc.name != scope.name or acc.accumulate is None:
+        return None
+    if any(isinstance(item, (LocalScope, GetLocal)) for item in walk(acc.value)):
+        return None
+    return [*chain, acc]
+
+
+def _reads_along(value, index: str) -> bool:
+    """Whether some read in ``value`` moves along ``index`` on its last axis."""
+    return any(
+        isinstance(item, Get) and item.index and index in item.index[-1].coeffs
+        for item in walk(value)
+    )
 
 
 def _parallel_loop(stmts) -> str | None:
