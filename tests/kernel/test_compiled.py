@@ -5,6 +5,7 @@ emulator's default path runs them, checked and cached."""
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import numpy as np
@@ -17,7 +18,7 @@ from aneforge.emulator.chips import chip_numerics
 from aneforge.emulator.interpreter import execute_fp16, fp16_kernel
 from aneforge.errors import FastPathWarning
 from aneforge.graph.registry import get_op
-from aneforge.kernel import compiled
+from aneforge.kernel import compiled, jitlib
 from aneforge.kernel.codegen import Unsupported, generate, table
 from aneforge.kernel.interpret import execute
 from aneforge.kernel.lower import region_nodes
@@ -217,3 +218,17 @@ def test_pools_run_lane_wise_with_the_op_by_op_bits(pool, attrs):
     assert "np.empty(" in kernel.source  # the window's scopes run lane-wise
     (got,) = compiled.run_plan(plan, _env(prog, xs)).values()
     assert _same(got, execute_fp16(prog, xs, regions=False)[0])
+
+
+def test_max_and_min_follow_numpys_scalar_rules_on_every_special_pair():
+    assert jitlib.load()
+    specials = [0.0, -0.0, 1.0, -1.0, 2.5, np.inf, -np.inf, np.nan]
+    for a, b in itertools.product(specials, specials):
+        for kind in (np.float32, np.float64):
+            got = (jitlib.vmax(kind(a), kind(b)), jitlib.vmin(kind(a), kind(b)))
+            want = (
+                np.maximum(np.float64(a), np.float64(b)),
+                np.minimum(np.float64(a), np.float64(b)),
+            )
+            for g, w in zip(got, want):
+                assert (np.isnan(g) and np.isnan(w)) or (g == w and np.signbit(g) == np.signbit(w))

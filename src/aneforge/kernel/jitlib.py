@@ -115,19 +115,17 @@ def load() -> bool:
         def make(bigger: bool, mode: int):
             @jit
             def pick(a, b):
-                if a != a:
-                    return a
-                if b != b:
-                    return b
-                if a > b:
-                    return a if bigger else b
-                if a < b:
-                    return b if bigger else a
-                if mode == 0:
-                    return a
-                if mode == 1:
-                    return b
-                return abs(a) if mode == 2 else -abs(a)
+                # one select (NaN in a kept; NaN in b fails the test), so loops vectorize
+                if bigger:
+                    r = a if (a > b or a != a) else b
+                else:
+                    r = a if (a < b or a != a) else b
+                if mode != 1 and a == b:  # a tie: the first operand, or a signed zero
+                    if mode == 0:
+                        r = a
+                    elif a == 0:
+                        r = abs(a) if mode == 2 else -abs(a)
+                return r
 
             return pick
 
