@@ -335,7 +335,10 @@ def _run_depthwise(inputs, attrs):
     if groups != c or groups < 2 or w.shape[:2] != (c, 1):
         return None
     nd, stride, pad, dil, kern, _ = _conv_geometry("conv", [a.shape for a in inputs], attrs)
-    xp = np.pad(x, ((0, 0), (0, 0), *pad)).view(np.uint16)
+    (top, bottom), (left, right) = pad
+    h, w_ = x.shape[2], x.shape[3]
+    xp = np.zeros((x.shape[0], c, h + top + bottom, w_ + left + right), np.uint16)
+    xp[:, :, top : top + h, left : left + w_] = x.view(np.uint16)  # +0.0 around it
     ho = (xp.shape[2] - (kern[0] - 1) * dil[0] - 1) // stride[0] + 1
     wo = (xp.shape[3] - (kern[1] - 1) * dil[1] - 1) // stride[1] + 1
     if ho < 1 or wo < 1 or x.size == 0:
@@ -346,7 +349,7 @@ def _run_depthwise(inputs, attrs):
     out = np.empty((x.shape[0], c, ho, wo), np.uint16)
     taps = np.ascontiguousarray(w.reshape(c, *kern).astype(np.float32))
     with _launch_lock:
-        _dw_jit(np.ascontiguousarray(xp), taps, bias, geo, out)
+        _dw_jit(xp, taps, bias, geo, out)
     return out.view(np.float16)
 
 
