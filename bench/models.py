@@ -65,13 +65,16 @@ def _timed(fn):
 
 
 def time_pair(emulate, ort, repeats):
-    """Median seconds of ``emulate`` and ``ort``, alternating, after one warm-up each."""
+    """Median seconds of ``emulate`` and of ``ort``, each timed in a block of its own
+    after one warm-up. Not alternated: both engines' worker threads spin a while after
+    each run (onnxruntime's intra-op pool, the OpenMP layer under numba), and on a small
+    machine the spinning pool of the one just run steals the cores of the other: run
+    alternately, SqueezeNet's emulation took 60 ms against 31 ms alone, and
+    onnxruntime's time moved 3.3-10 ms."""
     emulate()
+    emu_t = [_timed(emulate) for _ in range(repeats)]
     ort()
-    emu_t, ort_t = [], []
-    for _ in range(repeats):
-        emu_t.append(_timed(emulate))
-        ort_t.append(_timed(ort))
+    ort_t = [_timed(ort) for _ in range(repeats)]
     return statistics.median(emu_t), statistics.median(ort_t)
 
 
