@@ -232,3 +232,18 @@ def test_max_and_min_follow_numpys_scalar_rules_on_every_special_pair():
             )
             for g, w in zip(got, want):
                 assert (np.isnan(g) and np.isnan(w)) or (g == w and np.signbit(g) == np.signbit(w))
+
+
+def test_an_unwritable_cache_folder_compiles_in_memory(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("ANEFORGE_CACHE_DIR", str(blocker))
+    monkeypatch.setattr(compiled, "_kernels", {})
+    x = af.input((3, 5), name="x")
+    prog = af.compile((x * 3.0 - 1.0).abs(), opt=0)
+    (region,) = prog.fused_regions
+    plan = compiled.plan_region(prog, region, _node_kernel(None))
+    xs = [_with_specials(x.shape, np.random.default_rng(4))]
+    (got,) = compiled.run_plan(plan, _env(prog, xs)).values()
+    assert _same(got, execute_fp16(prog, xs, regions=False)[0])
+    assert blocker.read_text().startswith("a file")  # nothing written over it
