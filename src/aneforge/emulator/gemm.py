@@ -373,8 +373,25 @@ _f32_to_f16_bits = _micro_tile = _jit = None
 
 
 def _kernel(a, panels, out):
-    """Run the compiled kernel (:func:`_kernel_py`); load_numba() must have succeeded."""
-    _jit(a, panels, out)
+    """Run the compiled kernel (:func:`_kernel_py`) on tasks of :func:`_task_shape`;
+    load_numba() must have succeeded."""
+    _jit(a, panels, out, *_task_shape(a.shape[0], a.shape[1], panels.shape[1]))
+
+
+def _task_shape(nb, mp, npan) -> tuple[int, int]:
+    """Rows and panels per task: :data:`_MC` x :data:`_PC`, smaller (rows first) when
+    that leaves fewer than four tasks per thread, so no thread idles on a small problem.
+    The split changes no sum: each output's k order is the same in any task."""
+    threads = numba.get_num_threads()
+    mc, pc = _MC, _PC
+    while nb * -(-mp // mc) * -(-npan // pc) < 4 * threads:
+        if mc > 4 * _MR:
+            mc //= 2
+        elif pc > 1:
+            pc //= 2
+        else:
+            break
+    return mc, pc
 
 
 def _define_kernels() -> None:
@@ -475,27 +492,28 @@ def _define_kernels() -> None:
         _jit = numba.njit(parallel=True, nogil=True)(_kernel_py)
 
 
-def _kernel_py(a, panels, out):
+def _kernel_py(a, panels, out, mc, pc):
     """out[z, :M, :N] = fp16 bits of a[z] @ b[z] under the contract.
 
     ``a`` is (B, Mp, K) uint16 with Mp a multiple of _MR; ``panels`` (B, P, K, _NR)
-    uint16 holds b's columns in P zero-padded panels; ``out`` is (B, M, N) uint16.
+    uint16 holds b's columns in P zero-padded panels; ``out`` is (B, M, N) uint16. A task
+    owns ``mc`` rows (a multiple of _MR) by ``pc`` panels.
     """
     nb, mp, kdim = a.shape
     npan = panels.shape[1]
     m, n = out.shape[1], out.shape[2]
-    row_blocks = (mp + _MC - 1) // _MC
-    col_chunks = (npan + _PC - 1) // _PC
+    row_blocks = (mp + mc - 1) // mc
+    col_chunks = (npan + pc - 1) // pc
     per_batch = row_blocks * col_chunks
     for task in numba.prange(nb * per_batch):
         # a task owns padded rows [i0, i1) x panels [p0, p1) of one batch entry
         z = task // per_batch
         rb = (task - z * per_batch) // col_chunks
         ch = task - z * per_batch - rb * col_chunks
-        i0 = rb * _MC
-        i1 = min(mp, i0 + _MC)
-        p0 = ch * _PC
-        p1 = min(npan, p0 + _PC)
+        i0 = rb * mc
+        i1 = min(mp, i0 + mc)
+        p0 = ch * pc
+        p1 = min(npan, p0 + pc)
         az = a[z]
         acc = np.zeros((i1 - i0, (p1 - p0) * _NR), dtype=np.float32)  # sums, from +0.0
         # k-blocks ascend, and each tile carries its float32 sums from one to the next
