@@ -26,7 +26,7 @@ from ..graph.arith import Arith
 from ..graph.registry import get_op
 from .chips import chip_numerics
 from .fast_kernels import FAST_KERNELS, GENERIC_ONLY
-from .gemm import gemm, gemm_reference
+from .gemm import gemm, gemm_reference, gemm_windows
 
 
 def execute(program, inputs, kernel, weight_value, observe=None) -> list:
@@ -112,7 +112,10 @@ def fp16_kernel(fast: bool = True, target=None):
     """
     chip = chip_numerics(target)
     mm = gemm if fast else gemm_reference
-    arith = Arith.generic(mm) if chip is None else chip.arith(mm)
+    if chip is not None:
+        arith = chip.arith(mm)  # its output saturation wraps the matmul: patches needed
+    else:
+        arith = Arith.generic(mm, gemm_windows if fast else None)
     fast_ops = {}
     if fast:
         fast_ops = {k: f for k, f in FAST_KERNELS.items() if chip is None or k not in GENERIC_ONLY}

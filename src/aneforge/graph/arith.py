@@ -43,11 +43,17 @@ class Arith:
             for the generic sequential model.
         wide: the narrow sums' wide mode, one of
             :data:`~aneforge.graph.fp16.WIDE_MODES` (None: the engine's narrow sum).
+        windows: an optional faster way to run a convolution's product ``W @ patches``:
+            ``windows(w3, xp, kernel, stride, dilation, groups)`` with ``w3`` the
+            (N*G, Cout/G, K) weights and ``xp`` the padded NCHW input gives what
+            ``backend(w3, patches)`` gives, bit for bit, or None where it does not
+            apply (the convolution then builds its patches).
     """
 
     backend: Callable | None = None
     route: int | None = None
     wide: str | None = None
+    windows: Callable | None = None
 
     def __post_init__(self):
         route = self.route
@@ -61,9 +67,10 @@ class Arith:
             raise ValueError(f"Arith: wide must be one of {WIDE_MODES}, got {self.wide!r}")
 
     @classmethod
-    def generic(cls, matmul: Callable | None = None) -> Arith:
-        """The generic model's policy with the contraction backend ``matmul``."""
-        return cls(matmul)
+    def generic(cls, matmul: Callable | None = None, windows: Callable | None = None) -> Arith:
+        """The generic model's policy with the contraction backend ``matmul`` (and the
+        convolution product ``windows``, see the class docstring)."""
+        return cls(matmul, windows=windows)
 
     def matmul(self, a, b):
         """``(B, M, K) @ (B, K, N)`` through this policy's contraction backend."""

@@ -341,7 +341,7 @@ def _im2col(x, kern, stride, dil, groups):
     return win.reshape(groups, n * ho * wo, cg * kh * kw), (n, ho, wo)
 
 
-def _conv2d(x, w, stride, pad, dil, groups, matmul):
+def _conv2d(x, w, stride, pad, dil, groups, matmul, windows=None):
     """Grouped 2-D convolution of NCHW ``x`` by ``w`` through ``matmul(a3, b3)``.
 
     Each image and group is one product ``W (Cout/G, K) @ patches (K, Ho*Wo)``, K in
@@ -356,11 +356,13 @@ def _conv2d(x, w, stride, pad, dil, groups, matmul):
     )[:, :, :: stride[0], :: stride[1], :: dil[0], :: dil[1]]
     ho, wo = win.shape[2], win.shape[3]
     cg = c // groups
-    patches = win.transpose(0, 1, 4, 5, 2, 3).reshape(n * groups, cg * kh * kw, ho * wo)
     wmat = w.reshape(groups, cout // groups, cg * kh * kw)
     if n > 1:
         wmat = np.tile(wmat, (n, 1, 1))
-    y = matmul(wmat, patches)  # (N*G, Cout/G, Ho*Wo)
+    y = None if windows is None else windows(wmat, x, (kh, kw), stride, dil, groups)
+    if y is None:
+        patches = win.transpose(0, 1, 4, 5, 2, 3).reshape(n * groups, cg * kh * kw, ho * wo)
+        y = matmul(wmat, patches)  # (N*G, Cout/G, Ho*Wo)
     return y.reshape(n, cout, ho, wo)
 
 
@@ -371,13 +373,13 @@ def _as_2d(x, w, stride, pad, dil):
     return x[:, :, None], w[:, :, None], (1,) + stride, ((0, 0),) + pad, (1,) + dil
 
 
-def _conv_run(inputs, attrs, matmul, add_bias):
+def _conv_run(inputs, attrs, matmul, add_bias, windows=None):
     x, w = inputs[:2]
     nd, stride, pad, dil, _, _ = _conv_geometry(
         "conv", [x.shape, w.shape] + [b.shape for b in inputs[2:]], attrs
     )
     x2, w2, s2, p2, d2 = _as_2d(x, w, stride, pad, dil)
-    y = _conv2d(x2, w2, s2, p2, d2, attrs["groups"], matmul)
+    y = _conv2d(x2, w2, s2, p2, d2, attrs["groups"], matmul, windows)
     if nd == 1:
         y = y[:, :, 0]
     if len(inputs) == 3:
@@ -391,7 +393,8 @@ def _add_fp16(y, b):
 
 
 def _conv_emulate(inputs, attrs, arith):
-    return _conv_run(inputs, attrs, as_arith(arith).matmul, _add_fp16)
+    a = as_arith(arith)
+    return _conv_run(inputs, attrs, a.matmul, _add_fp16, a.windows)
 
 
 def _conv_exact(inputs, attrs):
