@@ -64,14 +64,7 @@ import numpy as np
 
 from ..errors import FastPathWarning
 
-__all__ = [
-    "FAST_PATH_AVAILABLE",
-    "FastPathWarning",
-    "gemm",
-    "gemm_fast",
-    "gemm_reference",
-    "gemm_windows",
-]
+__all__ = ["FAST_PATH_AVAILABLE", "FastPathWarning", "gemm", "gemm_fast", "gemm_reference"]
 
 # numba is imported once for every compiled kernel of the emulator, by load_numba() on
 # the first call that needs a kernel (importing it costs a third of a second, which
@@ -376,7 +369,7 @@ def _is_array(ty, dtype, ndim):
 # ---- numba intrinsics and kernels -----------------------------------------------------
 
 # Set by _define_kernels once numba has imported; _jit is the compiled _kernel_py.
-_f32_to_f16_bits = _micro_tile = _jit = _windows_jit = None
+_f32_to_f16_bits = _micro_tile = _jit = None
 
 
 def _kernel(a, panels, out):
@@ -493,57 +486,10 @@ def _define_kernels() -> None:
 
         return sig, codegen
 
-    global _windows_jit
     try:
         _jit = numba.njit(parallel=True, nogil=True, cache=not _FORCE_PORTABLE)(_kernel_py)
-        _windows_jit = numba.njit(parallel=True, nogil=True, cache=not _FORCE_PORTABLE)(
-            _pack_windows_py
-        )
     except Exception:  # no writable cache location: compile per process instead
         _jit = numba.njit(parallel=True, nogil=True)(_kernel_py)
-        _windows_jit = numba.njit(parallel=True, nogil=True)(_pack_windows_py)
-
-
-def _pack_windows_py(xp, panels, geo):
-    """The panels of a convolution's patches, gathered straight from its input.
-
-    ``xp`` is the padded (N, C, Hp, Wp) input as uint16, ``panels`` (N*G, P, K, _NR)
-    receives for image-group z, row k = (c, i, t) of the (Cin/G, kh, kw) patch and
-    column q = p * _NR + j (output position (q // Wo, q % Wo)) the input cell that
-    patch reads, and zeros past the last position: what packing
-    ``patches[z][k, q]`` gives. ``geo`` holds ``(kh, kw, sh, sw, dh, dw, groups, ho,
-    wo)``.
-    """
-    nz, npan, kdim = panels.shape[0], panels.shape[1], panels.shape[2]
-    kh, kw, sh, sw, dh, dw, groups, ho, wo = (
-        geo[0], geo[1], geo[2], geo[3], geo[4], geo[5], geo[6], geo[7], geo[8]
-    )  # fmt: skip
-    cg = xp.shape[1] // groups
-    taps = kh * kw
-    positions = ho * wo
-    for task in numba.prange(nz * npan):
-        z = task // npan
-        p = task - z * npan
-        img = z // groups
-        g = z - img * groups
-        rows = np.empty(_NR, np.int64)
-        cols = np.empty(_NR, np.int64)
-        width = min(_NR, positions - p * _NR)
-        for j in range(width):
-            q = p * _NR + j
-            rows[j] = (q // wo) * sh
-            cols[j] = (q - (q // wo) * wo) * sw
-        for k in range(kdim):
-            c = g * cg + k // taps
-            r = k - (k // taps) * taps
-            di = (r // kw) * dh
-            dj = (r - (r // kw) * kw) * dw
-            plane = xp[img, c]
-            dst = panels[z, p, k]
-            for j in range(width):
-                dst[j] = plane[np.uintp(rows[j] + di), np.uintp(cols[j] + dj)]
-            for j in range(width, _NR):
-                dst[j] = 0
 
 
 def _kernel_py(a, panels, out, mc, pc):
@@ -744,82 +690,3 @@ def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             return _run_kernel(a, b, *dims)
     warn_fallback("gemm", _state["error"] or "FAST_PATH_AVAILABLE was set to False")
     return gemm_reference(a, b)
-
-
-_windows_state: dict = {"ok": None, "error": None}
-_windows_lock = threading.Lock()
-
-
-def _run_windows(w3, xp, kernel, stride, dil, groups):
-    """:func:`gemm_windows` without the first-use check."""
-    nb, m, k = w3.shape
-    n_img, c = xp.shape[0], xp.shape[1]
-    ho = (xp.shape[2] - (kernel[0] - 1) * dil[0] - 1) // stride[0] + 1
-    wo = (xp.shape[3] - (kernel[1] - 1) * dil[1] - 1) // stride[1] + 1
-    n = ho * wo
-    if nb != n_img * groups or k != (c // groups) * kernel[0] * kernel[1] or ho < 1 or wo < 1:
-        return None
-    if _padded_work(n, m) < _TRANSPOSE_GAIN * _padded_work(m, n):
-        return None  # the transposed run is better: the caller builds the patches
-    mp = -(-m // _MR) * _MR
-    a16 = w3.view(np.uint16)
-    if mp != m or not a16.flags.c_contiguous:
-        padded = np.zeros((nb, mp, k), dtype=np.uint16)
-        padded[:, :m] = a16
-        a16 = padded
-    panels = np.empty((nb, -(-n // _NR), k, _NR), dtype=np.uint16)
-    geo = np.array([*kernel, *stride, *dil, groups, ho, wo], dtype=np.int64)
-    x16 = np.ascontiguousarray(xp).view(np.uint16)
-    return _launch(a16, panels, m, n, lambda: _windows_jit(x16, panels, geo))
-
-
-def _windows_matches() -> bool:
-    """The gathered panels give the patches' product on a small grouped, strided,
-    dilated, padded problem with two images."""
-    rng = np.random.default_rng(20240614)
-    x = np.pad(
-        (rng.standard_normal((2, 4, 9, 11)) * 3).astype(np.float16),
-        ((0, 0),) * 2 + ((1, 2), (2, 1)),
-    )
-    w3 = np.tile((rng.standard_normal((2, 3, 2 * 3 * 2)) * 2).astype(np.float16), (2, 1, 1))
-    kernel, stride, dil, groups = (3, 2), (2, 1), (1, 2), 2
-    win = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))[:, :, ::2, ::1, ::1, ::2]
-    patches = win.transpose(0, 1, 4, 5, 2, 3).reshape(4, 12, win.shape[2] * win.shape[3])
-    got = _run_windows(w3, x, kernel, stride, dil, groups)
-    return got is not None and _same_bits(got, gemm_reference(w3, patches))
-
-
-def gemm_windows(w3, xp, kernel, stride, dil, groups):
-    """A convolution's product ``w3 @ patches(xp)`` with the bits of :func:`gemm`, its
-    patches gathered straight into the kernel's panels (no patch matrix is built); the
-    ``windows`` backend of :class:`~aneforge.graph.arith.Arith`. ``w3`` is the (N*G,
-    Cout/G, K) fp16 weights, ``xp`` the padded NCHW fp16 input. None where it does not
-    apply (a problem the transposed run serves better) or cannot run here (numba
-    missing, the first-use check failed: then one ``FastPathWarning`` says why); the
-    caller then builds the patches.
-
-    Example:
-        >>> import numpy as np
-        >>> x = np.ones((1, 2, 10, 10), np.float16)
-        >>> w3 = np.full((1, 8, 2 * 3 * 3), 0.5, np.float16)
-        >>> y = gemm_windows(w3, x, (3, 3), (1, 1), (1, 1), 1)  # 8 x 8 positions
-        >>> y is None or (y.shape, float(y[0, 0, 0])) == ((1, 8, 64), 9.0)
-        True
-    """
-    if _windows_state["ok"] is None:
-        with _windows_lock:  # not _lock: _ensure_kernel takes that one
-            if _windows_state["ok"] is None:
-                try:
-                    _ensure_kernel()
-                    _windows_state["ok"] = _windows_matches()
-                    if not _windows_state["ok"]:
-                        _windows_state["error"] = (
-                            "gathered conv panels disagree with gemm_reference"
-                        )
-                except Exception as exc:  # numba missing or a compile failure
-                    _windows_state["ok"], _windows_state["error"] = False, exc
-    if not _windows_state["ok"]:
-        if FAST_PATH_AVAILABLE:
-            warn_fallback("conv windows", _windows_state["error"])
-        return None
-    return _run_windows(w3, xp, kernel, stride, dil, groups)

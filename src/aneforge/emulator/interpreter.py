@@ -26,7 +26,8 @@ from ..graph.arith import Arith
 from ..graph.registry import get_op
 from .chips import chip_numerics
 from .fast_kernels import FAST_KERNELS, GENERIC_ONLY
-from .gemm import gemm, gemm_reference, gemm_windows
+from .gemm import gemm, gemm_reference
+from .windows import gemm_windows
 
 
 def execute(program, inputs, kernel, weight_value, observe=None) -> list:
