@@ -22,6 +22,11 @@ The last lines are machine-readable::
     RESULT <model>_emu_vs_ort=<emulation time / onnxruntime time>
     RESULT minilm_cosine_min=<lowest cosine of the emulated embeddings vs float64>
 
+With ``--zoo`` (or ``--models zoo`` for the zoo alone) the Hugging Face zoo of
+``aneforge.testing.hf_zoo`` follows: per family its import, cosine against the float64
+model, emulation time against onnxruntime float32 and Core ML export
+(``RESULT zoo_<family>_emu_vs_ort=...``).
+
 Run from the repository root:
 
     PYTHONPATH=src python3 bench/models.py [--models resnet50,squeezenet] [--repeats 3]
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import io
 import pstats
 import statistics
@@ -216,6 +222,65 @@ def bench_minilm(batch=5):
     return {"cosines": cos, "emu_s": emu_s, "full_256_s": full_s}
 
 
+def bench_zoo(repeats, names=None) -> list[dict]:
+    """The Hugging Face zoo (``aneforge.testing.hf_zoo``): per family, import from ONNX,
+    cosine of the emulation against the float64 model, emulation time against
+    onnxruntime float32 on the same fp16-valued inputs, and whether the Core ML export
+    succeeds."""
+    import tempfile
+
+    import onnxruntime as ort
+
+    from aneforge.io import from_onnx
+    from aneforge.io.coreml_export import export_coreml
+    from aneforge.testing import hf_zoo
+
+    rows = []
+    for name in names or hf_zoo.FAMILIES:
+        print(f"... zoo {name}", file=sys.stderr, flush=True)
+        model = hf_zoo.build(name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            data = model.onnx_bytes()
+        row = {"name": name}
+        try:
+            prog = from_onnx(data).compile()
+        except Exception as exc:  # the table reports it
+            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}"
+            rows.append(row)
+            continue
+        args = [v.astype(np.float16) if v.dtype.kind == "f" else v for v in model.inputs.values()]
+        feeds = {
+            k: (a.astype(np.float32) if a.dtype.kind == "f" else a)
+            for k, a in zip(model.inputs, args)
+        }
+        sess = ort.InferenceSession(data)
+        ref = model.reference()
+        emulate = functools.partial(prog, *args)
+        infer = functools.partial(sess.run, None, feeds)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = np.asarray(emulate(), np.float64)
+            emu_s, ort_s = time_pair(emulate, infer, repeats)
+            try:
+                export_coreml(prog, Path(tempfile.mkdtemp()) / f"{name}.mlpackage")
+                coreml = "ok"
+            except Exception as exc:  # the table reports it
+                coreml = type(exc).__name__
+        cos = float(out.ravel() @ ref.ravel() / (np.linalg.norm(out) * np.linalg.norm(ref)))
+        row.update(ops=len(prog.nodes), cosine=cos, ratio=emu_s / ort_s, coreml=coreml)
+        rows.append(row)
+    print("\nHugging Face zoo (small random-weight configs, exported by torch to ONNX opset 17):")
+    print(f"  {'model':<16}{'ops':>5}  {'cosine':>9}  {'emu/ORT':>8}  coreml")
+    for r in rows:
+        if "error" in r:
+            print(f"  {r['name']:<16}import failed: {r['error']}")
+            continue
+        cells = f"{r['ops']:>5}  {r['cosine']:>9.6f}  {r['ratio']:>7.1f}x"
+        print(f"  {r['name']:<16}{cells}  {r['coreml']}")
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="", help="comma-separated subset (default all)")
@@ -226,12 +291,17 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--threads", type=int, default=0, help="threads for both (default: their own)"
     )
+    parser.add_argument(
+        "--zoo", action="store_true", help="also the Hugging Face zoo (needs transformers)"
+    )
     opts = parser.parse_args(argv)
     if opts.threads > 0:
         import numba
 
         numba.set_num_threads(min(opts.threads, numba.config.NUMBA_NUM_THREADS))
     names = [n for n in opts.models.split(",") if n] or list(light.light_models())
+    if opts.models == "zoo":  # the zoo alone
+        names, opts.zoo, opts.no_minilm = [], True, True
     rows = []
     for name in names:
         print(f"... {name}", file=sys.stderr, flush=True)
@@ -240,9 +310,10 @@ def main(argv=None) -> int:
                 name, max(1, opts.repeats), stub=not opts.no_stub, threads=opts.threads or None
             )
         )
-    print_table(rows, light.FAMILY_TARGETS)
-    print_blocked(rows)
-    if not opts.no_stub:
+    if rows:
+        print_table(rows, light.FAMILY_TARGETS)
+        print_blocked(rows)
+    if rows and not opts.no_stub:
         print_stub_details(rows)
     resnet = next((r for r in rows if r["name"] == "resnet50"), None)
     if resnet is not None and (opts.profile or (resnet["ratio"] or 0) > GOAL_RATIO):
@@ -261,9 +332,13 @@ def main(argv=None) -> int:
             f"in {mini['full_256_s']:.2f} s; cosine vs float64 reference: "
             + ", ".join(f"{c:.6f}" for c in mini["cosines"])
         )
+    zoo = bench_zoo(max(1, opts.repeats)) if opts.zoo else []
     for r in rows:
         if r["ratio"] is not None:
             print(f"RESULT {r['name']}_emu_vs_ort={r['ratio']:.2f}")
+    for r in zoo:
+        if "ratio" in r:
+            print(f"RESULT zoo_{r['name']}_emu_vs_ort={r['ratio']:.2f}")
     if mini is not None:
         print(f"RESULT minilm_cosine_min={float(np.min(mini['cosines'])):.6f}")
     return 0

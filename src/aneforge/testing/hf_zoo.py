@@ -1,0 +1,305 @@
+"""The Hugging Face zoo: one small random-weight model per architecture family.
+
+Each entry builds a ``transformers`` model from a small config (a few layers, narrow
+widths, small images or short sequences), re-draws its weights so activations keep an
+O(1) scale through the network (the libraries' own init, N(0, 0.02), makes a CNN's
+output vanish below fp16's range in a few layers), and wraps it so the forward takes
+the graph inputs positionally and returns one tensor. The zoo test
+(``tests/models/test_hf_zoo.py``) and ``bench/models.py --zoo`` use the same set.
+
+Families (:data:`FAMILIES`): ``resnet``, ``mobilenet_v2``, ``efficientnet``,
+``convnext``, ``vit``, ``swin``, ``bert`` (int64 ``input_ids`` and ``attention_mask``),
+``gpt2`` (one forward pass over the same two inputs), ``whisper_encoder``, ``clip_vision``.
+
+Needs ``torch`` and ``transformers`` (test extras); nothing else in aneforge imports this
+module.
+
+Example:
+    >>> from aneforge.testing.hf_zoo import build
+    >>> m = build("vit")
+    >>> list(m.inputs), m.inputs["pixel_values"].shape
+    (['pixel_values'], (1, 3, 32, 32))
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import OptionError
+
+FAMILIES = (
+    "resnet",
+    "mobilenet_v2",
+    "efficientnet",
+    "convnext",
+    "vit",
+    "swin",
+    "bert",
+    "gpt2",
+    "whisper_encoder",
+    "clip_vision",
+)
+VOCAB = 100  # the language models' vocabulary: ids are drawn in [0, VOCAB)
+SEQUENCE = 16  # tokens per language-model input
+
+
+@dataclass
+class ZooModel:
+    """One zoo entry.
+
+    Attributes:
+        name: the family name.
+        module: a ``torch.nn.Module`` in eval mode whose forward takes the inputs in
+            order and returns one float tensor (the last hidden state or the pooled
+            output).
+        inputs: the example inputs by graph-input name, as NumPy arrays (float32 images
+            and features, int64 token ids).
+    """
+
+    name: str
+    module: object
+    inputs: dict
+
+    def torch_inputs(self, dtype=None) -> tuple:
+        """The inputs as torch tensors (float inputs cast to ``dtype`` when given)."""
+        torch = _torch()
+        out = []
+        for value in self.inputs.values():
+            t = torch.from_numpy(np.ascontiguousarray(value))
+            if dtype is not None and t.is_floating_point():
+                t = t.to(dtype)
+            out.append(t)
+        return tuple(out)
+
+    def onnx_bytes(self, opset: int = 17) -> bytes:
+        """The model exported by ``torch.onnx.export`` (TorchScript exporter), named
+        inputs, one output ``output``."""
+        torch = _torch()
+        buf = io.BytesIO()
+        torch.onnx.export(
+            self.module,
+            self.torch_inputs(),
+            buf,
+            input_names=list(self.inputs),
+            output_names=["output"],
+            opset_version=opset,
+            dynamo=False,
+        )
+        return buf.getvalue()
+
+    def reference(self) -> np.ndarray:
+        """The output in float64 (the module run in double precision on a copy)."""
+        torch = _torch()
+        module = copy.deepcopy(self.module).double()
+        with torch.no_grad():
+            return module(*self.torch_inputs(torch.float64)).numpy()
+
+
+def build(name: str, seed: int = 0) -> ZooModel:
+    """The zoo model ``name`` (one of :data:`FAMILIES`), its weights and inputs drawn
+    from ``seed``. Deterministic for a given seed and library versions."""
+    if name not in FAMILIES:
+        raise OptionError(f"hf_zoo: unknown model {name!r}; choose one of {', '.join(FAMILIES)}")
+    torch = _torch()
+    transformers = _transformers()
+    torch.manual_seed(seed)
+    model, inputs, pooled = _BUILDERS[name](transformers, np.random.default_rng(seed))
+    model.eval()
+    _redraw(torch, model, seed)
+    return ZooModel(name, _Output(model, list(inputs), pooled).eval(), inputs)
+
+
+# ---- the families ---------------------------------------------------------------------
+
+
+def _image(rng, size):
+    return {"pixel_values": rng.standard_normal((1, 3, size, size)).astype(np.float32)}
+
+
+def _ids(rng):
+    return {
+        "input_ids": rng.integers(0, VOCAB, (1, SEQUENCE)).astype(np.int64),
+        "attention_mask": np.ones((1, SEQUENCE), np.int64),
+    }
+
+
+def _resnet(T, rng):
+    cfg = T.ResNetConfig(
+        embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="bottleneck"
+    )
+    return T.ResNetModel(cfg), _image(rng, 64), True
+
+
+def _mobilenet_v2(T, rng):
+    return (
+        T.MobileNetV2Model(T.MobileNetV2Config(image_size=64, depth_multiplier=0.35)),
+        (_image(rng, 64)),
+        True,
+    )
+
+
+def _efficientnet(T, rng):
+    cfg = T.EfficientNetConfig(
+        image_size=64, width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=320
+    )
+    return T.EfficientNetModel(cfg), _image(rng, 64), True
+
+
+def _convnext(T, rng):
+    cfg = T.ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2)
+    return T.ConvNextModel(cfg), _image(rng, 64), True
+
+
+def _vit(T, rng):
+    cfg = T.ViTConfig(
+        image_size=32,
+        patch_size=8,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+    )
+    return T.ViTModel(cfg, add_pooling_layer=False), _image(rng, 32), False
+
+
+def _swin(T, rng):
+    cfg = T.SwinConfig(
+        image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4
+    )
+    return T.SwinModel(cfg), _image(rng, 32), False
+
+
+def _bert(T, rng):
+    cfg = T.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    return T.BertModel(cfg, add_pooling_layer=False), _ids(rng), False
+
+
+def _gpt2(T, rng):
+    cfg = T.GPT2Config(
+        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64, bos_token_id=0,
+        eos_token_id=0, use_cache=False,
+    )  # fmt: skip
+    return T.GPT2Model(cfg), _ids(rng), False
+
+
+def _whisper_encoder(T, rng):
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    cfg = T.WhisperConfig(
+        vocab_size=VOCAB, d_model=32, encoder_layers=2, encoder_attention_heads=2,
+        encoder_ffn_dim=64, decoder_layers=1, decoder_attention_heads=2, decoder_ffn_dim=64,
+        num_mel_bins=16, max_source_positions=32, pad_token_id=0, bos_token_id=0,
+        eos_token_id=0, decoder_start_token_id=0,
+    )  # fmt: skip
+    features = rng.standard_normal((1, 16, 64)).astype(np.float32)
+    return WhisperEncoder(cfg), {"input_features": features}, False
+
+
+def _clip_vision(T, rng):
+    cfg = T.CLIPVisionConfig(
+        image_size=32,
+        patch_size=8,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+    )
+    return T.CLIPVisionModel(cfg), _image(rng, 32), False
+
+
+_BUILDERS = {
+    "resnet": _resnet,
+    "mobilenet_v2": _mobilenet_v2,
+    "efficientnet": _efficientnet,
+    "convnext": _convnext,
+    "vit": _vit,
+    "swin": _swin,
+    "bert": _bert,
+    "gpt2": _gpt2,
+    "whisper_encoder": _whisper_encoder,
+    "clip_vision": _clip_vision,
+}
+
+
+# ---- weights and the output wrapper ---------------------------------------------------
+
+
+def _redraw(torch, model, seed: int) -> None:
+    """Re-draw every weight so activations keep their scale: convolutions and linear
+    maps N(0, 2 / fan_in) (He) in CNNs' ReLU stacks would grow, so every matrix gets
+    N(0, 1 / fan_in); batch norms get running statistics near (0, 1) and affine
+    parameters near (1, 0); embeddings N(0, 1)."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    nn = torch.nn
+    with torch.no_grad():
+        for module in model.modules():
+            kind = type(module).__name__
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                c = module.num_features
+                module.running_mean.copy_(torch.randn(c, generator=gen) * 0.1)
+                module.running_var.copy_(torch.rand(c, generator=gen) + 0.5)
+                if module.affine:
+                    module.weight.copy_(1 + torch.randn(c, generator=gen) * 0.1)
+                    module.bias.copy_(torch.randn(c, generator=gen) * 0.1)
+            elif isinstance(module, nn.Embedding):
+                module.weight.copy_(torch.randn(module.weight.shape, generator=gen))
+            elif isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Linear)) or kind == "Conv1D":
+                w = module.weight
+                # transformers' Conv1D stores (in, out); the others (out, in, ...)
+                fan_in = w.shape[0] if kind == "Conv1D" else math.prod(w.shape[1:])
+                w.copy_(torch.randn(w.shape, generator=gen) / math.sqrt(fan_in))
+                if getattr(module, "bias", None) is not None:
+                    module.bias.copy_(torch.randn(module.bias.shape, generator=gen) * 0.1)
+
+
+def _output_class():
+    torch = _torch()
+
+    class Output(torch.nn.Module):
+        """forward(*inputs) -> the pooled output or the last hidden state."""
+
+        def __init__(self, model, names: list, pooled: bool):
+            super().__init__()
+            self.model = model
+            self.names = names
+            self.pooled = pooled
+
+        def forward(self, *inputs):
+            out = self.model(**dict(zip(self.names, inputs)))
+            if self.pooled and getattr(out, "pooler_output", None) is not None:
+                return out.pooler_output
+            return out.last_hidden_state
+
+    return Output
+
+
+def _Output(model, names, pooled):  # noqa: N802 - builds the nn.Module subclass lazily
+    return _output_class()(model, names, pooled)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise OptionError("hf_zoo needs torch: pip install torch==2.13.0 (the CPU build)") from None
+    return torch
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise OptionError("hf_zoo needs transformers: pip install transformers") from None
+    return transformers
