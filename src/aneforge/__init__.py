@@ -77,6 +77,7 @@ from .io.onnx_import import (
     UnsupportedModelError,
     from_onnx,
 )
+from .io.torch_import import from_torch
 from .kernel.compiled import execute_regions
 from .metrics import compare
 from .numerics import (
@@ -116,6 +117,7 @@ __all__ = [
     "OnnxImportError",
     "UnsupportedModelError",
     "from_onnx",
+    "from_torch",
     "CrossChipFP16Warning",
     "DivergenceReport",
     "NodeDivergence",

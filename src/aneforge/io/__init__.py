@@ -2,10 +2,12 @@
 
 - :func:`from_onnx` (``aneforge.io.onnx_import``) reads an ONNX model into aneforge
   tensors; needs the ``onnx`` package.
+- :func:`from_torch` / :func:`load_torch_file` (``aneforge.io.torch_import``) read a
+  PyTorch module through ``torch.export`` (or a saved ``.pt2`` program); need ``torch``.
 - :func:`export_coreml` (``aneforge.io.coreml_export``) writes an fp16 Core ML ML
   Program; needs ``coremltools``.
 
-Both are imported lazily, on first use, so ``import aneforge`` needs neither package.
+All are imported lazily, on first use, so ``import aneforge`` needs none of these packages.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ _LAZY = {
     "OnnxImportWarning": "onnx_import",
     "UnsupportedModelError": "onnx_import",
     "from_onnx": "onnx_import",
+    "from_torch": "torch_import",
+    "load_torch_file": "torch_import",
+    "TorchImportError": "torch_import",
+    "TorchImportWarning": "torch_import",
     "export_coreml": "coreml_export",
     "ExportError": "coreml_export",
 }
