@@ -155,15 +155,19 @@ def _convnext(T, rng):
     return T.ConvNextModel(cfg), _image(rng, 64), True
 
 
+# the ViT-style encoders' sizes (ViT and CLIP vision share them)
+_VISION_ENCODER = {
+    "image_size": 32,
+    "patch_size": 8,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+}
+
+
 def _vit(T, rng):
-    cfg = T.ViTConfig(
-        image_size=32,
-        patch_size=8,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-    )
+    cfg = T.ViTConfig(**_VISION_ENCODER)
     return T.ViTModel(cfg, add_pooling_layer=False), _image(rng, 32), False
 
 
@@ -208,15 +212,7 @@ def _whisper_encoder(T, rng):
 
 
 def _clip_vision(T, rng):
-    cfg = T.CLIPVisionConfig(
-        image_size=32,
-        patch_size=8,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-    )
-    return T.CLIPVisionModel(cfg), _image(rng, 32), False
+    return T.CLIPVisionModel(T.CLIPVisionConfig(**_VISION_ENCODER)), _image(rng, 32), False
 
 
 _BUILDERS = {
