@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import aneforge as af
 from aneforge.emulator import gemm as gemm_backends
 from aneforge.graph.registry import all_ops, get_op
+from aneforge.graph.tensor import INTEGER_DTYPES
 from conftest import FP16_TINY, FP16_UNIT_ROUNDOFF, FP32_UNIT_ROUNDOFF, same_bits
 
 PROFILE = settings(
@@ -128,6 +129,7 @@ class Ctx:
     rng: np.random.Generator
     clean: bool
     pool: list
+    graph: Graph | None = None  # where builders add integer inputs (ids, masks)
 
     def coin(self, one_in: int) -> bool:
         """True with probability about 1/one_in (always False in clean graphs)."""
@@ -611,6 +613,31 @@ def build_gather(ctx, x):
     return Step("gather", y, (x,), lambda e, v, out: e[0])
 
 
+def integer_input(ctx, shape, lo: int, hi: int, dtype: str):
+    """A new integer graph input (ids, a mask) of range [lo, hi], fed whole numbers in it."""
+    g = ctx.graph
+    t = af.input(shape, name=f"i{len(g.inputs)}", dtype=dtype, range=(lo, hi))
+    g.inputs.append(t)
+    g.feeds.append(ctx.rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype))
+    return t
+
+
+def build_embedding(ctx, x):
+    rows = x.shape[0] if x.ndim else 1
+    ids = integer_input(ctx, small_shape(ctx.draw, 2, (1, 2, 3, 4)), 0, rows - 1, "uint16")
+    return Step("embedding", af.embedding(x, ids), (x,), lambda e, v, out: e[0])
+
+
+def build_int_to_fp16(ctx, x):
+    """x only lends its shape: the source is a new integer input (exact to |v| <= 2048
+    in clean graphs; beyond, one fp16 rounding, a relative 2**-11)."""
+    dtype = "int16" if ctx.clean or ctx.coin(2) else ctx.draw(st.sampled_from(["uint8", "uint16"]))
+    lo, hi = (-2048, 2048) if ctx.clean else INTEGER_DTYPES[dtype]
+    ids = integer_input(ctx, x.shape or (1,), max(lo, INTEGER_DTYPES[dtype][0]), hi, dtype)
+    y = af.cast(ids)
+    return Step("int_to_fp16", y, (ids,), lambda e, v, out: mx(v[0]) * 2.0**-11)
+
+
 SPECIAL_BUILDERS = {
     "matmul": build_matmul,
     "bmm": build_bmm,
@@ -642,6 +669,8 @@ SPECIAL_BUILDERS = {
     "concat": build_concat,
     "select": build_select,
     "gather": build_gather,
+    "embedding": build_embedding,
+    "int_to_fp16": build_int_to_fp16,
 }
 
 
@@ -707,7 +736,7 @@ def graphs(draw, clean=False, max_ops=12):
         values = rng.uniform(-2.0, 2.0, shape) if clean else wild_values(rng, shape)
         feeds.append(values.astype(np.float16))
     g = Graph(inputs=inputs, feeds=feeds)
-    ctx = Ctx(draw=draw, rng=rng, clean=clean, pool=list(inputs))
+    ctx = Ctx(draw=draw, rng=rng, clean=clean, pool=list(inputs), graph=g)
     names = CLEAN_OPS if clean else FUSED_OPS
     limit = CLEAN_MAX_SIZE if clean else ANY_MAX_SIZE
     for _ in range(draw(st.integers(1, max_ops))):

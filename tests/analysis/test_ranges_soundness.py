@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import aneforge as af
 from aneforge.graph.ops.bridge import BRIDGE_FUNCTIONS, BRIDGE_OPS
 from aneforge.graph.registry import all_ops
+from aneforge.graph.tensor import INTEGER_DTYPES
 from range_cases import assert_runs_inside, draw_range
 from test_properties import PROFILE, graphs
 
@@ -44,6 +45,26 @@ def in_range_feeds(rng, shape, lo, hi, n):
     return [np.clip(v, lo16, hi16) for v in out[:n]]
 
 
+def in_range_ids(rng, shape, lo, hi, n, dtype):
+    """``n`` integer arrays of ``dtype`` inside [lo, hi]: the ends, alternating ends and
+    uniform whole numbers (an integer input's feeds)."""
+    out = [np.full(shape, lo), np.full(shape, hi)]
+    out.append(np.where(np.indices(shape).sum(0) % 2 == 0, lo, hi) if shape else np.array(hi))
+    while len(out) < n:
+        out.append(rng.integers(lo, hi, size=shape, endpoint=True))
+    return [np.asarray(v).astype(dtype) for v in out[:n]]
+
+
+def input_range(t, rng):
+    """A declared range for input ``t``: drawn at random (fp16), or whole numbers inside
+    the integer input's own declared range (or its type's)."""
+    if t.dtype == "float16":
+        return draw_range(rng)
+    lo, hi = t.attrs.get("range") or INTEGER_DTYPES[t.dtype]
+    a, b = sorted(int(v) for v in rng.integers(lo, hi, size=2, endpoint=True))
+    return a, b
+
+
 def assert_sound(outputs, ranges, rng, target=None):
     """Analyse ``outputs`` with ``ranges`` ({input tensor: (lo, hi)}) and check every
     node of ``FEEDS_PER_CASE`` in-range runs; returns the number of runs checked."""
@@ -51,7 +72,10 @@ def assert_sound(outputs, ranges, rng, target=None):
     given_ranges = {t.name: ranges[t] for t in prog.inputs}
     rep = af.range_analysis(prog, input_ranges=given_ranges, target=target)
     per_input = [
-        in_range_feeds(rng, t.shape, *ranges[t], FEEDS_PER_CASE) for t in rep.program.inputs
+        in_range_feeds(rng, t.shape, *ranges[t], FEEDS_PER_CASE)
+        if t.dtype == "float16"
+        else in_range_ids(rng, t.shape, *ranges[t], FEEDS_PER_CASE, t.dtype)
+        for t in rep.program.inputs
     ]
     graph = "; graph: " + ", ".join(f"{n.op}{n.shape}" for n in rep.nodes)
     return assert_runs_inside(rep, per_input, graph)
@@ -62,7 +86,7 @@ def assert_sound(outputs, ranges, rng, target=None):
 
 def _check_graph(g, seed, target):
     rng = np.random.default_rng(seed)
-    ranges = {t: draw_range(rng) for t in g.inputs}
+    ranges = {t: input_range(t, rng) for t in g.inputs}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert_sound(g.outputs, ranges, rng, target)

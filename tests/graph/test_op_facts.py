@@ -25,7 +25,7 @@ from aneforge.graph.facts import (
     Role,
 )
 from aneforge.graph.registry import all_ops, get_op
-from aneforge.graph.tensor import make
+from aneforge.graph.tensor import make, random_feed
 from aneforge.optimizer.precision_tune import wide_gemm
 
 RNG = np.random.default_rng(7)
@@ -89,6 +89,13 @@ def _samples() -> dict[str, list]:
     s["pixel_unshuffle"] = [make("pixel_unshuffle", x, factor=2)]
     s["cast"] = [make("cast", v)]
     s["gather"] = [make("gather", x, indices=(2, 0, 2), axis=1)]
+    ids = af.input((2, 3), dtype="uint16", range=(0, 6))
+    rows = af.input((4,), dtype="uint8", range=(0, v.shape[0] - 1))
+    s["embedding"] = [make("embedding", _w((7, 4)), ids), make("embedding", v, rows)]
+    s["int_to_fp16"] = [
+        make("int_to_fp16", af.input((2, 9), dtype="uint8")),
+        make("int_to_fp16", af.input((5,), dtype="int16", range=(-3000, 3000))),
+    ]
     q, k, vv = af.input((2, 5, 4)), af.input((2, 7, 4)), af.input((2, 7, 3))
     s["sdpa"] = [make("sdpa", q, k, vv), make("sdpa", q, k, vv, _w((5, 7)), has_mask=True)]
     s["argmax"] = [make("argmax", x, axis=1)]
@@ -124,6 +131,8 @@ def _feed(node, magnitude=None):
     for src in node.srcs:
         if src.op == "weight":
             fed[id(src)] = np.asarray(src.value, np.float16)
+        elif src.dtype != "float16":  # ids, masks: whole numbers of the declared range
+            fed[id(src)] = random_feed(src, RNG)
         elif id(src) not in fed:
             value = RNG.standard_normal(src.shape) * 2.0
             fed[id(src)] = (np.abs(value) if magnitude else value).astype(np.float16)
@@ -281,7 +290,8 @@ def test_the_wide_results_are_the_float32_values_a_wide_policy_returns():
             feed = _feed(node)
             with np.errstate(all="ignore"):
                 value = np.asarray(op.emulate(feed, dict(node.attrs), wide))
-                true = np.asarray(op.exact([np.float64(f) for f in feed], dict(node.attrs)))
+                exact_feed = [np.float64(f) if f.dtype == np.float16 else f for f in feed]
+                true = np.asarray(op.exact(exact_feed, dict(node.attrs)))
             if value.dtype != np.float32 or {Flag.CONTRACTION, Flag.MOVEMENT} & op.flags:
                 continue
             returns_float32.append(name)

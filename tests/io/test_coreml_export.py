@@ -26,7 +26,7 @@ from aneforge.compression import quantize_graph_int8
 from aneforge.graph.ops import bridge as br
 from aneforge.graph.ops.elementwise import BINARY, COMPARE, UNARY
 from aneforge.graph.registry import all_ops
-from aneforge.graph.tensor import make
+from aneforge.graph.tensor import make, random_feed
 from aneforge.io import coreml_device, coreml_ops, coreml_table
 from aneforge.io.coreml_export import (
     DEFAULT_IOS,
@@ -67,7 +67,10 @@ def _samples() -> dict[str, list]:
     s["clip"] = [make("clip", v, lo=-0.5, hi=0.5), make("clip", v, lo=0.0), make("clip", v, hi=0.1)]
     for op in (*BINARY, *COMPARE):
         s[op] = [make(op, v, _w((8,)))]
-    s["select"] = [af.select(v > 0, v, _w((2, 8)))]
+    s["select"] = [
+        af.select(v > 0, v, _w((2, 8))),
+        af.select(v > 0, _w((1,)), np.full(1, -np.inf)),  # only the condition is full size
+    ]
     s["matmul"] = [v @ _w((8, 4)), v @ _w((8,))]
     s["bmm"] = [af.bmm(af.input((3, 2, 4)), af.input((3, 4, 5)))]
     s["linear"] = [
@@ -117,6 +120,9 @@ def _samples() -> dict[str, list]:
     s["cast"] = [af.cast(v)]
     s["gather"] = [af.gather(x, [2, 0, 1, 2], axis=1), af.gather(v, [-1, 3], axis=1),
                    af.gather(v, list(range(7, -1, -1)) * 3, axis=1)]  # fmt: skip
+    ids = af.input((2, 3), name="ids", dtype="uint16", range=(0, 8))
+    s["embedding"] = [af.embedding(_w((9, 4)), ids)]
+    s["int_to_fp16"] = [af.cast(af.input((2, 5), name="mask", dtype="int16"))]
     q, k, vv = af.input((2, 5, 4)), af.input((2, 7, 4)), af.input((2, 7, 3))
     s["sdpa"] = [br.sdpa(q, k, vv), br.sdpa(q, k, vv, scale=0.3, mask=_w((5, 7)))]
     s["argmax"] = [br.argmax(x, axis=1, keepdims=True)]
@@ -151,9 +157,9 @@ VALUE_CHECKED = (
     set(UNARY) - {"silu"} | set(BINARY) | set(COMPARE)
     | {"select", "matmul", "bmm", "linear", "sum", "mean", "amax", "amin", "softmax",
        "cumsum", "layer_norm", "rms_norm", "group_norm", "l2_norm", "reshape", "transpose",
-       "concat", "slice", "squeeze", "expand_dims", "cast", "gather", "sdpa", "argmax", "topk",
-       "sort", "minmax_norm", "flatten", "input_view", "dynamic_slice", "cross_product",
-       "cost_volume", "radius_search", "scaled_elementwise"}
+       "concat", "slice", "squeeze", "expand_dims", "cast", "gather", "embedding",
+       "int_to_fp16", "sdpa", "argmax", "topk", "sort", "minmax_norm", "flatten", "input_view",
+       "dynamic_slice", "cross_product", "cost_volume", "radius_search", "scaled_elementwise"}
 )  # fmt: skip
 
 
@@ -162,7 +168,12 @@ def _program(outs):
 
 
 def _feeds(prog, rng):
-    feeds = [rng.standard_normal(t.shape).astype(np.float16) for t in prog.inputs]
+    feeds = [
+        rng.standard_normal(t.shape).astype(np.float16)
+        if t.dtype == "float16"
+        else random_feed(t, rng)  # ids within their range, mask values of the type
+        for t in prog.inputs
+    ]
     for i, t in enumerate(prog.inputs):
         if t.name == "at":  # dynamic_slice offsets: one rounded up, one clamped
             feeds[i] = np.array([0.6, 9.0], np.float16)

@@ -54,6 +54,7 @@ from ..graph.facts import Flag
 from ..graph.fp16 import FP16_MAX
 from ..graph.ranges import SMALLEST_NORMAL, Interval, RangeEnv, check_range
 from ..graph.registry import get_op
+from ..graph.tensor import integer_feed
 from ..tables import TableMixin
 
 INF = math.inf
@@ -309,7 +310,10 @@ class RangeReport(TableMixin):
             ):
                 bad.append((rec, np.array(value)))
 
-        feeds = [np.asarray(v).astype(np.float16) for v in inputs]
+        feeds = [
+            np.asarray(v).astype(np.float16) if t.dtype == "float16" else integer_feed(v, t)
+            for v, t in zip(inputs, self.program.inputs)
+        ]
         with np.errstate(all="ignore"):
             execute_fp16(self.program, feeds, fast=fast, target=self.target, observe=observe)
         return bad
@@ -357,14 +361,32 @@ def range_analysis(out, input_ranges=None, target=None) -> RangeReport:
     return _analyse(program, declared, chip, None if target is None else str(target))
 
 
-def _scaled(declared: dict, scale: float) -> dict:
-    return {k: Interval.declared(iv.lo * scale, iv.hi * scale) for k, iv in declared.items()}
+def _scaled(declared: dict, scale: float, program=None) -> dict:
+    """The declared ranges scaled by ``scale``; integer inputs (ids, masks) keep theirs:
+    scaling them is not a fix."""
+    keep = {id(t) for t in program.inputs if t.dtype != "float16"} if program else set()
+    return {
+        k: iv if k in keep else Interval.declared(iv.lo * scale, iv.hi * scale)
+        for k, iv in declared.items()
+    }
+
+
+def _index_only(program) -> set[int]:
+    """Ids of the integer inputs read only as indices (embedding ids), whose values the
+    ranges of the graph do not depend on."""
+    read_as: dict[int, set] = {}
+    for node in program.nodes:
+        uses = get_op(node.op).int_inputs
+        for k, s in enumerate(node.srcs):
+            if s.op == "input":
+                read_as.setdefault(id(s), set()).add(uses.get(k, "fp16"))
+    return {k for k, used in read_as.items() if used == {"index"}}
 
 
 def _declared(program, given) -> dict[int, Interval]:
     """{id(input): Interval} of the inputs with a range, declared or given here."""
     out = {
-        id(t): Interval.declared(*t.attrs["range"]) for t in program.inputs if "range" in t.attrs
+        id(t): _input_interval(t, *t.attrs["range"]) for t in program.inputs if "range" in t.attrs
     }
     if not given:
         return out
@@ -385,8 +407,14 @@ def _declared(program, given) -> dict[int, Interval]:
                 f"input_ranges: no input {key!r}; give an input name ({known}) or index"
             )
         lo, hi = check_range(value, f"input_ranges[{key!r}]", OptionError)
-        out[id(node)] = Interval.declared(lo, hi)
+        out[id(node)] = _input_interval(node, lo, hi)
     return out
+
+
+def _input_interval(t, lo: float, hi: float) -> Interval:
+    """The values input ``t`` declared in ``[lo, hi]`` holds: what the engine's fp16
+    input cast makes of them, or, for an integer input, the whole numbers themselves."""
+    return Interval.declared(lo, hi) if t.dtype == "float16" else Interval(float(lo), float(hi))
 
 
 # ---- the walk -------------------------------------------------------------------------
@@ -424,7 +452,8 @@ def _analyse(program, declared, chip, target_name, weights=None) -> RangeReport:
             srcs = [intervals[id(s)] for s in node.srcs]
             env = RangeEnv(mm=mm, plain_mm=gemm_reference, matmul_limit=limit, route=route)
             iv = _rule(node)(node, srcs, env)
-            is_known = all(known[id(s)] for s in node.srcs)
+            index = get_op(node.op).int_inputs  # ids pick values: theirs do not matter
+            is_known = all(known[id(s)] for k, s in enumerate(node.srcs) if k not in index)
             found = []
             if crop is not None and is_width_offset(node):
                 iv, found = _crop(iv, crop, srcs)
@@ -439,10 +468,11 @@ def _analyse(program, declared, chip, target_name, weights=None) -> RangeReport:
             records.append(
                 NodeInterval(i, name, node.op, node.shape, iv, is_known, tuple(env.steps))
             )
-    unknown = [names.get(id(t), "?") for t in program.inputs if id(t) not in declared]
+    ids = _index_only(program)
+    unknown = [names.get(id(t), "?") for t in program.inputs if id(t) not in declared.keys() | ids]
 
     def rerun(scale):
-        return _analyse(program, _scaled(declared, scale), chip, target_name, weights)
+        return _analyse(program, _scaled(declared, scale, program), chip, target_name, weights)
 
     return RangeReport(program, records, hazards, unknown, target_name, intervals, rerun)
 

@@ -36,7 +36,7 @@ from ..errors import DTypeError, InputError, OptionError, PrecisionWarning
 from ..graph.naming import layer_names, user_name
 from ..graph.registry import get_op
 from ..graph.rewrite import BIT_IDENTICAL
-from ..graph.tensor import Tensor
+from ..graph.tensor import Tensor, integer_feed
 from ..graph.walk import as_outputs, topological_order
 from .segment import segment
 
@@ -588,6 +588,8 @@ def _to_fp16(value, t: Tensor) -> np.ndarray:
             f"input {_label(t)}: got a dict; a dict of inputs by name must be the only "
             "argument (prog({'x': a})), or pass arrays by position or keyword"
         )
+    if t.dtype != "float16":  # ids and masks stay whole numbers of the input's type
+        return integer_feed(value, t)
     arr = np.asarray(value)
     if arr.dtype.kind not in "fiub":
         raise DTypeError(f"input {_label(t)}: dtype {arr.dtype} cannot be cast to fp16")

@@ -46,8 +46,17 @@ def node_bytes(node: Tensor, int8: bool = False) -> float:
     """Bytes a node moves: its inputs and its output, fp16 unless a weight is encoded
     (:func:`weight_bytes` for the weights).
     """
+    op = get_op(node.op)
+    if op.reads is not None:  # it reads part of a source: an embedding, the rows it picks
+        read = op.read_elements([s.shape for s in node.srcs], node.shape, node.attrs)
+        return node.size * FP16_BYTES + sum(n * _element_bytes(s) for n, s in zip(read, node.srcs))
     acts = node.size + sum(s.size for s in node.srcs if s.op != "weight")
     return acts * FP16_BYTES + weight_bytes(node, int8)
+
+
+def _element_bytes(src: Tensor) -> int:
+    """Bytes per element of a source: 1 for 8-bit integer inputs, else 2."""
+    return INT8_BYTES if src.dtype in ("int8", "uint8") else FP16_BYTES
 
 
 def node_flops(node: Tensor) -> int:

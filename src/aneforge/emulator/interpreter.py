@@ -5,6 +5,12 @@ the only difference between the reference interpreter and the fast path is the m
 backend (``gemm_reference`` vs ``gemm_fast``), which are bit-identical by contract.
 Intermediate values are dropped after their last use.
 
+Integer inputs (token ids, masks: ``af.input(shape, dtype="uint16")``) are fed as
+integer arrays and reach only the ops that take them (embedding, int_to_fp16); an id
+outside its table is an :class:`~aneforge.graph.ops.extra.IdRangeError` naming the
+input that fed it. A fused region that reads an integer input runs node by node: the
+compiled regions hold fp16 buffers only.
+
 ``target`` selects the per-chip numerics (:mod:`aneforge.emulator.chips`): ``None`` is
 the generic model; a target applies its family's crop-DMA clamp, reduction route and
 matmul output saturation, identically on both matmul backends.
@@ -23,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.arith import Arith
+from ..graph.ops.extra import IdRangeError
 from ..graph.registry import get_op
 from .chips import chip_numerics
 from .fast_kernels import FAST_KERNELS, GENERIC_ONLY
@@ -125,7 +132,7 @@ def fp16_kernel(fast: bool = True, target=None):
         fn = fast_ops.get(node.op)
         out = fn(args, node.attrs) if fn is not None else None
         if out is None:  # no compiled kernel, or it does not apply: the op's own kernel
-            out = get_op(node.op).emulate(args, node.attrs, arith)
+            out = named_ids(node, lambda: get_op(node.op).emulate(args, node.attrs, arith))
         return np.asarray(out, dtype=np.float16).reshape(node.shape)
 
     if chip is None:
@@ -137,12 +144,27 @@ def fp16_kernel(fast: bool = True, target=None):
     return kernel
 
 
+def named_ids(node, run):
+    """``run()``, with an :class:`IdRangeError` of ``node``'s kernel re-raised naming the
+    integer input that fed the bad id."""
+    try:
+        return run()
+    except IdRangeError as err:
+        ids = [s for s in node.srcs if s.dtype != "float16"]
+        who = f"input '{ids[0].name}'" if ids and ids[0].name else "an integer input"
+        raise IdRangeError(f"{who} ({ids[0].dtype if ids else 'ids'}): {err}") from None
+
+
 def execute_float64(program, inputs) -> list[np.ndarray]:
-    """Run ``program`` exactly in float64 on the same (fp16-valued) inputs and weights."""
+    """Run ``program`` exactly in float64 on the same (fp16-valued) inputs and weights
+    (integer inputs as their whole numbers)."""
 
     def kernel(node, args):
-        out = get_op(node.op).exact(args, node.attrs)
+        out = named_ids(node, lambda: get_op(node.op).exact(args, node.attrs))
         return np.asarray(out, dtype=np.float64).reshape(node.shape)
 
-    inputs = [np.asarray(x, dtype=np.float64) for x in inputs]
+    inputs = [
+        np.asarray(x) if t.dtype != "float16" else np.asarray(x, dtype=np.float64)
+        for x, t in zip(inputs, program.inputs)
+    ]
     return execute(program, inputs, kernel, lambda node: node.value.astype(np.float64))

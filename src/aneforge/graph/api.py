@@ -540,12 +540,71 @@ def pixel_unshuffle(x, downscale_factor, *, name=None) -> Tensor:
 def cast(x, dtype="float16", *, name=None) -> Tensor:
     """Cast to fp16, the only dataplane type (other dtypes raise).
 
+    On an fp16 tensor it is the identity. On an integer input (``af.input(shape,
+    dtype="int16")``, an attention mask) it is the conversion ``int_to_fp16``, rounded to
+    nearest even: exact for ``|v| <= 2048``, 11 significant bits beyond, inf from 65520.
+
     Example:
         >>> import aneforge as af
         >>> af.cast(af.input((2,)), "float16").shape
         (2,)
+        >>> af.cast(af.input((1, 8), dtype="int16")).op
+        'int_to_fp16'
     """
+    if isinstance(x, Tensor) and x.dtype != "float16":
+        get_op("cast").normalize_attrs({"dtype": dtype})  # the same check of ``dtype``
+        return int_to_fp16(x, name=name)
     return make("cast", x, dtype=dtype, name=name)
+
+
+def int_to_fp16(x, *, name=None) -> Tensor:
+    """An integer input (``af.input(shape, dtype="int16")``...) as fp16, each value
+    rounded to nearest even: exact for ``|v| <= 2048``, 11 significant bits beyond
+    (2049 becomes 2048), inf from 65520. ``af.cast`` of an integer input builds it.
+
+    Example:
+        >>> import aneforge as af
+        >>> af.int_to_fp16(af.input((1, 8), dtype="uint8")).shape
+        (1, 8)
+    """
+    return make("int_to_fp16", x, name=name)
+
+
+def embedding(table, ids, *, name=None) -> Tensor:
+    """The rows of ``table`` (axis 0) at integer ``ids``: shape ``ids.shape +
+    table.shape[1:]``, every row copied exactly (token and position embeddings).
+
+    ``table`` is an fp16 tensor or an array (it becomes a weight). ``ids`` is an integer
+    input (``af.input(shape, dtype="uint16")``), whose values arrive at run time: an id
+    outside ``[0, rows)`` is then an :class:`~aneforge.errors.InputError` naming the input
+    and the id. Constant ``ids`` (an integer array or list) give the same rows by
+    :func:`gather`, reshaped.
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> ids = af.input((1, 8), name="input_ids", dtype="uint16")
+        >>> af.embedding(np.zeros((100, 16)), ids).shape
+        (1, 8, 16)
+        >>> af.embedding(np.zeros((100, 16)), [[1, 2], [3, 4]]).shape
+        (2, 2, 16)
+    """
+    if isinstance(ids, Tensor):
+        return make("embedding", table, ids, name=name)
+    arr = np.asarray(ids)
+    if arr.dtype.kind not in "iu" or arr.size == 0:
+        raise AttributeValueError(
+            f"embedding: ids must be an integer input or a non-empty integer array, got "
+            f"{describe(ids)}; declare run-time ids with af.input(shape, dtype='uint16')"
+        )
+    table = as_tensor(table, "embedding table")
+    rows = table.shape[0] if table.ndim else 0
+    bad = arr[(arr < 0) | (arr >= rows)]
+    if bad.size:
+        raise ShapeError(
+            f"embedding: id {int(bad[0])} is outside the table's {rows} rows [0, {rows})"
+        )
+    flat = make("gather", table, indices=tuple(int(i) for i in arr.reshape(-1)), axis=0)
+    return make("reshape", flat, shape=arr.shape + table.shape[1:], name=name)
 
 
 from .ops.bridge import BRIDGE_FUNCTIONS  # noqa: E402  (after the fused functions)
@@ -625,6 +684,8 @@ __all__ = sorted(
         "pixel_shuffle",
         "pixel_unshuffle",
         "cast",
+        "embedding",
+        "int_to_fp16",
     }
 )
 

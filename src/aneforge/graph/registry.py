@@ -70,6 +70,11 @@ Kernel = Callable[..., Any]
 FlopRule = Callable[[list[tuple[int, ...]], tuple[int, ...], dict[str, Any]], int]
 # (node, source intervals, env) -> Interval; see aneforge.graph.ranges
 RangeRule = Callable[[Any, list[Any], Any], Any]
+# (input shapes, output shape, attrs) -> elements read of each source
+ReadsRule = Callable[[list[tuple[int, ...]], tuple[int, ...], dict[str, Any]], Any]
+#: How an op uses an integer operand (``OpDef.int_inputs``): "index" (its values pick
+#: elements of the other operands) or "value" (its values are converted to fp16).
+INT_USES = ("index", "value")
 
 
 def no_flops(in_shapes, out_shape, attrs) -> int:
@@ -160,6 +165,13 @@ class OpDef:
             compile cliff, or None.
         nest: the op's :class:`~aneforge.graph.facts.LoopNest`, or None: the kernel
             layer lowers it as opaque code.
+        int_inputs: the source positions that take an integer input (and only one), each
+            ``"index"`` (its values pick elements, as embedding's ids: the output's values
+            are those of the other sources) or ``"value"`` (its values are converted, as
+            by int_to_fp16); every other position takes fp16 (:data:`INT_USES`).
+        reads: the byte rule's reads ``(in_shapes, out_shape, attrs) -> elements read of
+            each source``, for an op that reads only part of a source (a gather reads the
+            rows it picks, not its whole table); None: every source is read whole.
 
     Every fact field defaults to :data:`~aneforge.graph.facts.UNSET`, which
     :func:`register` refuses: the family factories declare each one.
@@ -190,9 +202,25 @@ class OpDef:
     overflow_fix: str | None = UNSET
     tiled: TiledReduction | None = UNSET
     nest: LoopNest | None = UNSET
+    int_inputs: dict[int, str] = field(default_factory=dict)
+    reads: ReadsRule | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "flags", flag_set(self.name, self.flags))
+
+    def read_elements(self, in_shapes, out_shape, attrs) -> tuple[int, ...]:
+        """Elements the op reads of each source: its ``reads`` rule, else every source
+        whole.
+
+        Example:
+            >>> get_op("embedding").read_elements([(1000, 8), (2, 5)], (2, 5, 8), {})
+            (80, 10)
+            >>> get_op("add").read_elements([(2, 3), (3,)], (2, 3), {})
+            (6, 3)
+        """
+        if self.reads is not None:
+            return tuple(int(n) for n in self.reads(list(in_shapes), tuple(out_shape), attrs))
+        return tuple(int(np.prod(s, dtype=np.int64)) for s in in_shapes)
 
     def narrow_terms(self, in_shapes, attrs) -> int | None:
         """How many terms the kernel's narrow fp16 sum adds (None: it has none).
@@ -397,6 +425,9 @@ def check_record(op: OpDef) -> None:
         )
     if (op.role is not Role.NONE) != (Flag.CONTRACTION in op.flags):
         raise RuntimeError(f"op '{op.name}': a contraction role goes with Flag.CONTRACTION")
+    bad = {k: v for k, v in dict(op.int_inputs).items() if v not in INT_USES or k < 0}
+    if bad:
+        raise RuntimeError(f"op '{op.name}': int_inputs {bad} must map positions to {INT_USES}")
 
 
 def unregister(name: str) -> OpDef:

@@ -13,6 +13,15 @@ Example:
     >>> y.shape, y.op
     ((2, 3), 'relu')
 
+Inputs are fp16 unless declared integer (``af.input(shape, dtype="uint16")``: the engine's
+I/O also takes int8, uint8, int16 and uint16). An integer input feeds only the ops whose
+record takes an integer operand there (``OpDef.int_inputs``: :func:`aneforge.embedding`'s
+ids, and :func:`aneforge.cast` to fp16); every other op refuses it when it is built.
+
+    >>> ids = af.input((1, 8), name="ids", dtype="uint16")
+    >>> ids.dtype, af.cast(ids).op
+    ('uint16', 'int_to_fp16')
+
 Names are metadata: every op takes ``name=`` (and ``t.named(name)`` relabels a node),
 which reports, layer tables and the Core ML export show. A name never changes what a
 node computes, so it stays out of the structural hash of non-input nodes (see
@@ -30,13 +39,21 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AttributeValueError, DTypeError, ShapeError, WeightRangeError
+from ..errors import AttributeValueError, DTypeError, InputError, ShapeError, WeightRangeError
 from ..limits import check_elements
 from .fp16 import round_fp16
 from .ranges import check_range
 from .registry import describe, get_op, int_items, is_integer
 
 MAX_RANK = 5
+#: The integer types of engine inputs and the values each holds (inclusive bounds).
+INTEGER_DTYPES = {
+    "uint8": (0, 255),
+    "int8": (-128, 127),
+    "uint16": (0, 65535),
+    "int16": (-32768, 32767),
+}
+_FP16_NAMES = ("fp16", "float16", "half")
 _ACCEPTED_FLOATS = (np.float16, np.float32, np.float64)
 _creation = itertools.count()
 
@@ -80,7 +97,10 @@ class Tensor:
 
     @property
     def dtype(self) -> str:
-        """Always ``'float16'``: the engine's only dataplane type."""
+        """``'float16'``, the engine's dataplane type, for every node but an integer
+        input, whose declared type it is (``'uint16'``, ``'int8'``...)."""
+        if self.op == "input":
+            return self.attrs.get("dtype", "float16")
         return "float16"
 
     def named(self, name: str) -> Tensor:
@@ -233,12 +253,34 @@ def make(op_name: str, *srcs, name: str | None = None, **attrs) -> Tensor:
         )
     op.check_arity(len(srcs))
     tensors = [as_tensor(s, f"{op_name} input {i}") for i, s in enumerate(srcs)]
+    _check_integer_sources(op, tensors)
     norm = op.normalize_attrs(attrs)
     shape = tuple(int(d) for d in op.shape([t.shape for t in tensors], norm))
     _check_shape(shape, op_name)
     if math.prod(shape) > max((t.size for t in tensors), default=0):
         check_elements(shape, f"{op_name} output")
     return Tensor(op_name, tensors, FrozenAttrs(norm), shape, name=name)
+
+
+def _check_integer_sources(op, tensors) -> None:
+    """Refuse an integer tensor where ``op`` takes fp16, and fp16 where it takes ids."""
+    for i, t in enumerate(tensors):
+        integer = t.op == "input" and "dtype" in t.attrs
+        if integer == (i in op.int_inputs):
+            continue
+        label = _quoted(t.name)
+        if integer:
+            raise DTypeError(
+                f"{op.name}: input {i} is the integer input {label} ({t.dtype}); integer "
+                "inputs feed only af.embedding (as its ids) and af.cast (to fp16): look "
+                "rows up with af.embedding(table, ids) or convert with af.cast(ids) first, "
+                "and reshape the fp16 result"
+            )
+        raise DTypeError(
+            f"{op.name}: input {i} must be an integer input (af.input(shape, "
+            f"dtype='uint16')), got {t!r} (float16); constant ids go through "
+            "af.gather(table, ids) instead"
+        )
 
 
 def check_name(name, what: str) -> str:
@@ -334,8 +376,15 @@ def input(  # noqa: A001  (public API name)
     name: str | None = None,
     max_abs: float | None = None,
     range=None,  # noqa: A002
+    dtype="fp16",
 ) -> Tensor:
-    """Declare an fp16 input of ``shape``. Programs take inputs in creation order.
+    """Declare an input of ``shape``. Programs take inputs in creation order.
+
+    ``dtype`` is ``"fp16"`` (the default) or one of the engine's integer input types
+    ``"uint8"``, ``"int8"``, ``"uint16"``, ``"int16"`` (:data:`INTEGER_DTYPES`), for token
+    ids and masks. An integer input feeds only :func:`aneforge.embedding` (its ids) and
+    :func:`aneforge.cast` (to fp16); a program takes an integer array for it and refuses
+    values outside the type. Its ``range`` must be whole numbers within the type.
 
     ``range=(lo, hi)`` (or ``max_abs=m``, meaning ``(-m, m)``) declares the values the
     input will be fed: :func:`aneforge.range_analysis`, ``compile`` and ``check`` then
@@ -349,6 +398,8 @@ def input(  # noqa: A001  (public API name)
         (1, 3, 32, 32)
         >>> af.input((8,), name="x", max_abs=3).attrs["range"]
         (-3.0, 3.0)
+        >>> af.input((1, 16), name="ids", dtype="uint16").dtype
+        'uint16'
     """
     if name is not None:
         name = check_name(name, "input")
@@ -357,11 +408,143 @@ def input(  # noqa: A001  (public API name)
     _check_shape(dims, where)
     if max_abs is not None and range is not None:
         raise AttributeValueError(f"{where}: give range=(lo, hi) or max_abs=m, not both")
-    attrs = FrozenAttrs()
+    kind = input_dtype(dtype, where)
     given = range if range is not None else max_abs
-    if given is not None:
-        attrs = FrozenAttrs(range=check_range(given, f"{where} range"))
-    return Tensor("input", (), attrs, dims, name=name)
+    attrs = {}
+    if kind != "float16":  # fp16 inputs carry no dtype: their hashes stay as they were
+        attrs["dtype"] = kind
+        if given is not None:
+            attrs["range"] = integer_range(given, kind, f"{where} range")
+    elif given is not None:
+        attrs["range"] = check_range(given, f"{where} range")
+    return Tensor("input", (), FrozenAttrs(attrs), dims, name=name)
+
+
+def input_dtype(dtype, where: str = "input") -> str:
+    """The canonical name of an input type: ``'float16'`` for ``'fp16'``, ``'float16'``,
+    ``'half'`` or ``np.float16``, else one of :data:`INTEGER_DTYPES` (a name or a NumPy
+    dtype); anything else is a :class:`~aneforge.errors.DTypeError` naming ``where``.
+
+    Example:
+        >>> input_dtype("fp16"), input_dtype(np.uint16)
+        ('float16', 'uint16')
+    """
+    if isinstance(dtype, str):
+        key = dtype.strip().lower()
+    else:
+        try:
+            key = np.dtype(dtype).name if not isinstance(dtype, np.ndarray) else None
+        except (TypeError, ValueError):
+            key = None
+    if key in _FP16_NAMES:
+        return "float16"
+    if key in INTEGER_DTYPES:
+        return key
+    raise DTypeError(
+        f"{where}: dtype {describe(dtype)} is not an engine input type; inputs are "
+        "'fp16' or the integer types 'uint8', 'int8', 'uint16', 'int16' (token ids: "
+        "dtype='uint16'; wider integers do not fit the engine's I/O)"
+    )
+
+
+def integer_range(given, dtype: str, where: str) -> tuple[int, int]:
+    """``given`` (``(lo, hi)`` or a max |value|) as whole-number bounds within integer
+    type ``dtype``, else an :class:`~aneforge.errors.AttributeValueError` naming ``where``.
+
+    Example:
+        >>> integer_range((0, 1), "uint8", "input 'mask' range")
+        (0, 1)
+    """
+    lo_t, hi_t = INTEGER_DTYPES[dtype]
+    try:
+        if is_integer(given) or isinstance(given, (float, np.floating)):
+            pair = (-given, given)
+        else:
+            pair = tuple(given)
+        if len(pair) != 2 or not all(_whole(v) for v in pair):
+            raise ValueError
+        lo, hi = (int(v) for v in pair)
+    except (TypeError, ValueError):
+        raise AttributeValueError(
+            f"{where}: the range of a {dtype} input is (lo, hi) of whole numbers with "
+            f"lo <= hi, got {describe(given)}"
+        ) from None
+    if lo > hi or lo < lo_t or hi > hi_t:
+        raise AttributeValueError(
+            f"{where}: range ({lo}, {hi}) is not within {dtype} [{lo_t}, {hi_t}]; give "
+            "bounds the type holds, or declare a wider integer type"
+        )
+    return lo, hi
+
+
+def _whole(v) -> bool:
+    if isinstance(v, (bool, np.bool_)):
+        return False
+    if is_integer(v):
+        return True
+    return isinstance(v, (float, np.floating)) and math.isfinite(v) and float(v).is_integer()
+
+
+def integer_feed(value, t: Tensor) -> np.ndarray:
+    """``value`` checked as the array fed to integer input ``t``: an integer (or bool)
+    array of ``t``'s shape whose every value the input's type holds, returned in that
+    type. Float arrays are refused (ids are never rounded), and so is any value outside
+    the type, naming the input, the value and where it is: nothing is clamped or wrapped.
+
+    Example:
+        >>> ids = input((1, 3), name="ids", dtype="uint16")
+        >>> integer_feed([[1, 2, 60000]], ids)
+        array([[    1,     2, 60000]], dtype=uint16)
+        >>> try:
+        ...     integer_feed([[1, 2, 70000]], ids)
+        ... except InputError as err:
+        ...     print(str(err)[:60])
+        input 'ids' (1, 3) uint16: value 70000 at index (0, 2) is ou
+    """
+    label = f"input {_quoted(t.name)} {t.shape} {t.dtype}"
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as err:
+        raise InputError(
+            f"{label}: {describe(value)} is not an array ({_first_line(err)})"
+        ) from None
+    if arr.dtype.kind not in "iub":
+        raise DTypeError(
+            f"{label}: got a {arr.dtype} array; an integer input takes integers (e.g. "
+            "token ids as np.int64): convert with .astype(np.int64) if they are whole"
+        )
+    if arr.shape != t.shape:
+        raise InputError(f"{label}: expected shape {t.shape}, given {arr.shape}")
+    lo, hi = INTEGER_DTYPES[t.dtype]
+    if arr.size and arr.dtype.kind != "b":
+        bad = (arr < lo) | (arr > hi)
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise InputError(
+                f"{label}: value {int(arr[where])} at index {where} is outside {t.dtype} "
+                f"[{lo}, {hi}], the values this input holds on the engine; nothing is "
+                "clamped: give ids within the type (or declare a wider integer type)"
+            )
+    return arr.astype(t.dtype)
+
+
+def random_feed(t: Tensor, rng) -> np.ndarray:
+    """Random values for input ``t`` (a sample input for checks and tuning): fp16
+    inputs draw N(0, 1), or uniformly from their declared range; integer inputs draw
+    whole numbers uniformly from their declared range, else from their type.
+
+    Example:
+        >>> ids = input((2, 4), dtype="uint8", range=(0, 9))
+        >>> x = random_feed(ids, np.random.default_rng(0))
+        >>> x.dtype, bool(x.min() >= 0 and x.max() <= 9)
+        (dtype('uint8'), True)
+    """
+    given = t.attrs.get("range")
+    if t.dtype == "float16":
+        value = rng.standard_normal(t.shape) if given is None else rng.uniform(*given, t.shape)
+        return round_fp16(value)
+    lo, hi = given if given is not None else INTEGER_DTYPES[t.dtype]
+    return rng.integers(lo, hi, size=t.shape, endpoint=True).astype(t.dtype)
 
 
 _weight_ids = itertools.count()

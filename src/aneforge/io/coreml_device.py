@@ -127,7 +127,9 @@ class CoreMLDevice:
     def _feed(self, program, inputs):
         model, in_names, out_names, shapes, dtype = self._model(program)
         feed = {
-            n: np.asarray(x, dtype=dtype).reshape(t.shape or (1,))
+            n: np.asarray(x, dtype=dtype if t.dtype == "float16" else np.int32).reshape(
+                t.shape or (1,)
+            )
             for n, x, t in zip(in_names, inputs, program.inputs)
         }
         return model, feed, out_names, shapes

@@ -13,7 +13,9 @@ Contract:
   matching constexpr op (:data:`ENCODED_WEIGHT_OPS`), which Core ML decodes at load time
   to the same fp16 values aneforge emulates. Inputs and outputs are fp16
   tensors (fp32 with ``io_dtype="float32"``, cast to fp16 at the entry and back at the
-  exit).
+  exit). An integer input (token ids, a mask: ``af.input(shape, dtype="uint16")``) is an
+  int32 feature (Core ML's multiarrays hold fp16, fp32 or int32, no narrower integers),
+  read by the MIL ``gather`` of an embedding or ``cast`` to fp16.
 - **Names.** Inputs keep the program's input names; outputs take the program's
   ``output_names`` (``compile(output_names=...)``, the ONNX output names of
   ``from_onnx``, else the output tensors' names), ``output_<i>`` where there is none,
@@ -461,7 +463,8 @@ def _build(low: CoreMLLowering, prog, outs, nodes, feeds):
     placeholders = {}
     if feeds is None:
         for name, t in zip(low.input_names, prog.inputs):
-            placeholders[name] = Placeholder(t.shape or (1,), dtype=io_type)
+            kind = io_type if t.dtype == "float16" else types.int32  # ids, masks
+            placeholders[name] = Placeholder(t.shape or (1,), dtype=kind)
     elif len(feeds) != len(prog.inputs):
         raise ExportError(f"feeds: {len(feeds)} array(s) for {len(prog.inputs)} input(s)")
     values: dict[int, object] = {}
@@ -499,11 +502,13 @@ def _build(low: CoreMLLowering, prog, outs, nodes, feeds):
     try:
         with Function(placeholders, opset_version=opset) as func:
             for i, (name, t) in enumerate(zip(low.input_names, prog.inputs)):
+                integer = t.dtype != "float16"
                 if feeds is not None:
-                    values[id(t)] = mb.const(val=np.asarray(feeds[i], np.float16), name=name)
+                    kind = np.int32 if integer else np.float16
+                    values[id(t)] = mb.const(val=np.asarray(feeds[i], kind), name=name)
                     continue
                 v = func.inputs[name]
-                if low.io_dtype == "float32":
+                if low.io_dtype == "float32" and not integer:
                     v = mb.cast(x=v, dtype="fp16", name=f"{name}_fp16")
                 if not t.shape:
                     v = mb.reshape(x=v, shape=[], name=f"{name}_scalar")

@@ -237,10 +237,24 @@ for _op in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equa
     _add(_op, f"{_op} + cast (bool to 1.0 / 0.0)", _compare(_op))
 
 
-@lowers("select", "not_equal (cond != 0) + select")
+@lowers("select", "not_equal (cond != 0) + select",
+        note="values tiled where only the condition has the output's shape")  # fmt: skip
 def _select(cx, node, name):
     cond = cx.mb.not_equal(x=cx.arg(node, 0), y=cx.const(0.0, f"{name}_zero"), name=f"{name}_c")
-    return cx.mb.select(cond=cond, a=cx.arg(node, 1), b=cx.arg(node, 2), name=name)
+    a = cx.arg(node, 1)
+    values = np.broadcast_shapes(node.srcs[1].shape, node.srcs[2].shape)
+    if values != node.shape:  # MIL's select takes its shape from a and b, not cond
+        a = _tiled(cx, a, node.srcs[1].shape, node.shape, f"{name}_a")
+    return cx.mb.select(cond=cond, a=a, b=cx.arg(node, 2), name=name)
+
+
+def _tiled(cx, v, shape, out_shape, name):
+    """``v`` (of ``shape``) repeated to ``out_shape`` (NumPy broadcasting), exactly: a
+    reshape to the output's rank, then ``tile``."""
+    full = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    v = cx.mb.reshape(x=v, shape=list(full), name=f"{name}_r")
+    reps = [d // s for d, s in zip(out_shape, full)]
+    return cx.mb.tile(x=v, reps=reps, name=f"{name}_t")
 
 
 # ---- contractions --------------------------------------------------------------------
@@ -646,3 +660,14 @@ def _gather(cx, node, name):
 @lowers("cast", "identity (fp16 is the only dataplane type)")
 def _cast(cx, node, name):
     return cx.mb.identity(x=cx.arg(node, 0), name=name)
+
+
+@lowers("embedding", "gather (axis 0) of the table at the int32 ids",
+        note="ids arrive as int32; Core ML does not check them against the table")  # fmt: skip
+def _embedding(cx, node, name):
+    return cx.mb.gather(x=cx.arg(node, 0), indices=cx.arg(node, 1), axis=0, name=name)
+
+
+@lowers("int_to_fp16", "cast (int32 to fp16)", note="rounds to nearest even, as the engine")
+def _int_to_fp16(cx, node, name):
+    return cx.mb.cast(x=cx.arg(node, 0), dtype="fp16", name=name)

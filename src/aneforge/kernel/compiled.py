@@ -60,7 +60,16 @@ from ..graph.tensor import Tensor
 from . import jitlib
 from .codegen import GeneratedKernel, Unsupported, generate, table
 from .ir import Opaque
-from .lower import HOST, Lowered, Placement, lower, opaque_reason, region_nodes, scatters
+from .lower import (
+    HOST,
+    Lowered,
+    Placement,
+    lower,
+    opaque_reason,
+    reads_integers,
+    region_nodes,
+    scatters,
+)
 
 __all__ = ["RegionPlan", "default_placement", "execute_regions", "host_nodes", "plan_region"]
 
@@ -356,8 +365,8 @@ def _region_plans(program, chip, node_kernel) -> dict:
             return per_chip[chip]
     plans = {}
     for region in program.fused_regions:
-        if sum(math.prod(n.shape) for n in region.nodes) < MIN_WORK:
-            plans[region.index] = None
+        if sum(math.prod(n.shape) for n in region.nodes) < MIN_WORK or reads_integers(region):
+            plans[region.index] = None  # small, or it reads ids: op by op
             continue
         try:
             placement = program.placement(region.index)  # None: the default

@@ -543,6 +543,21 @@ def _placements(placement, middle) -> list[Placement]:
     return out
 
 
+def reads_integers(region: Region) -> bool:
+    """Whether a node of ``region`` reads an integer input (embedding ids, a mask): the
+    kernel layer's buffers hold fp16, so such a region runs op by op.
+
+    Example:
+        >>> import aneforge as af
+        >>> from aneforge.compiler.program import Program
+        >>> ids = af.input((1, 4), dtype="uint16")
+        >>> prog = Program.from_outputs([af.cast(ids) * 2.0])
+        >>> [reads_integers(r) for r in prog.fused_regions]
+        [True]
+    """
+    return any(s.dtype != "float16" for n in region.nodes for s in n.srcs)
+
+
 def resolve(program: Program, region: Region, placement=None, host=None):
     """``(nodes, chosen, why)``: the region's :class:`RegionNodes`, the placement of
     each intermediate (``chosen[id(node)]``, after the materializations opaque code
@@ -550,6 +565,12 @@ def resolve(program: Program, region: Region, placement=None, host=None):
     ``"runs on the host"`` for the nodes of ``host``)."""
     if region.kind != "fused" or not any(region is r for r in program.fused_regions):
         raise OptionError(f"lower: {region!r} is not a fused region of this program")
+    if reads_integers(region):
+        raise OptionError(
+            f"lower: {region!r} reads an integer input (ids, a mask), and the kernel "
+            "layer's buffers hold fp16 only; such a region runs op by op (check "
+            "reads_integers(region) before lowering)"
+        )
     nodes = region_nodes(program, region)
     places = _placements(placement, nodes.intermediates)
     host = host or {}

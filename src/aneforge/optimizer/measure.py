@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..compiler.program import Program
+from ..graph.tensor import random_feed
 
 DEFAULT_ATOL = 5e-3  # fp16 noise: rejects lossy variants unless the caller widens it
 # A lossy variant must be at least this much faster than the best lossless one.
@@ -49,6 +50,12 @@ def device_id(dev) -> str:
 
 
 def seeded_inputs(prog: Program, seed: int = 0) -> list[np.ndarray]:
-    """Standard-normal fp16 inputs for ``prog``, the same for the same ``seed``."""
+    """Standard-normal fp16 inputs for ``prog`` (integer inputs: whole numbers of their
+    range, :func:`~aneforge.graph.tensor.random_feed`), the same for the same ``seed``."""
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal(t.shape).astype(np.float16) for t in prog.inputs]
+    return [
+        rng.standard_normal(t.shape).astype(np.float16)
+        if t.dtype == "float16"
+        else random_feed(t, rng)
+        for t in prog.inputs
+    ]

@@ -54,6 +54,7 @@ from ..errors import AneforgeWarning, ConfigFileError, FastPathWarning
 from ..kernel import compiled
 from ..kernel.compiled import RegionPlan, default_placement, host_nodes, plan_region, run_plan
 from ..kernel.envelope import Envelope, load_envelopes
+from ..kernel.lower import reads_integers
 from ..kernel.placement import components, restrict, scope, search_placements
 
 __all__ = [
@@ -141,6 +142,8 @@ def _eligible(program: Program, chip) -> list:
     out = []
     for region in program.fused_regions:
         if sum(math.prod(n.shape) for n in region.nodes) < compiled.MIN_WORK:
+            continue
+        if reads_integers(region):  # ids, masks: the kernel layer holds fp16 only
             continue
         host = host_nodes(region, chip)
         groups = components(program, region, host)

@@ -36,7 +36,7 @@ from ..compiler.program import Program
 from ..compiler.segment import segment
 from ..emulator.interpreter import execute_fp16
 from ..graph.registry import get_op
-from ..graph.tensor import MAX_RANK, Tensor
+from ..graph.tensor import MAX_RANK, Tensor, random_feed
 from ..graph.walk import as_outputs, topological_order
 
 
@@ -209,7 +209,12 @@ def _same_bits_on_random_inputs(old: Program, new: Program, trials: int, seed: i
     rng = np.random.default_rng(seed)
     kept = {id(t) for t in new.inputs}
     for trial in range(trials):
-        feeds = [rng.standard_normal(t.shape).astype(np.float16) for t in old.inputs]
+        feeds = [
+            rng.standard_normal(t.shape).astype(np.float16)
+            if t.dtype == "float16"
+            else random_feed(t, rng)
+            for t in old.inputs
+        ]
         new_feeds = [f for t, f in zip(old.inputs, feeds) if id(t) in kept]
         for k, (a, b) in enumerate(zip(execute_fp16(old, feeds), execute_fp16(new, new_feeds))):
             a, b = np.asarray(a, np.float16), np.asarray(b, np.float16)
