@@ -44,6 +44,7 @@ from .cost.estimate import DEFAULT_CHIP, estimate_breakdown
 from .driver import compile as compile_graph
 from .errors import DispatchFloorWarning, OptionError, PreflightError
 from .graph.ranges import check_range
+from .graph.tensor import random_feed
 from .limits import check_elements
 from .metrics import compare
 from .reference import reference
@@ -284,15 +285,33 @@ def _input_label(t) -> str:
     return f"check: random input {t.name or '(unnamed)'!r}"
 
 
-def seeded_feeds(prog, ranges: dict, seed: int) -> list[tuple[int, np.ndarray]]:
-    """(id(input), array) per input: uniform inside its range where one is declared,
-    else standard normal; deterministic per seed. Each input's size is checked first
+def seeded_feeds(prog, ranges: dict, seed: int, given=None) -> list[tuple[int, np.ndarray]]:
+    """(id(input), array) per input: the array ``given`` names it with (``{input name:
+    array}``, of the input's shape), else uniform inside its range where one is
+    declared, else standard normal; deterministic per seed (the random values of the
+    other inputs do not depend on which are given). Each input's size is checked first
     (:func:`aneforge.limits.check_elements`)."""
+    given = dict(given or {})
+    names = [t.name for t in prog.inputs]
+    unknown = [n for n in given if n not in names]
+    if unknown:
+        raise OptionError(f"check: input data for {unknown}, which the program does not "
+                          f"take; its inputs are {names}")  # fmt: skip
     rng = np.random.default_rng(check_seed(seed))
     feeds = []
     for t, r in zip(prog.inputs, ranges.values()):
         check_elements(t.shape, _input_label(t))
-        value = rng.standard_normal(t.shape) if r is None else rng.uniform(*r, size=t.shape)
+        if t.dtype != "float16":  # ids, masks: whole numbers of the input's range
+            value = random_feed(t, rng)
+        elif r is None:
+            value = rng.standard_normal(t.shape)
+        else:
+            value = rng.uniform(*r, size=t.shape)
+        if t.name in given:
+            value = np.asarray(given[t.name])
+            if value.shape != tuple(t.shape):
+                raise OptionError(f"check: input data for {t.name!r} has shape {value.shape}, "
+                                  f"but the input is {tuple(t.shape)}")  # fmt: skip
         feeds.append((id(t), value))
     return feeds
 
@@ -480,6 +499,7 @@ def check_report(
     progress=None,
     output_names=None,
     input_ranges=None,
+    input_data=None,
 ) -> CheckReport:
     """Compile ``outputs``, emulate on seeded inputs, compare with float64, estimate;
     then the same for each target, compiled and emulated for that chip.
@@ -496,6 +516,8 @@ def check_report(
             of the ranges the inputs declare: inputs with a range are fed uniform values
             inside it (else standard normal) and the range analysis reports its hazards
             (``ranges``) for the generic run and each target.
+        input_data: ``{input name: array}`` fed to those inputs instead of random
+            values (each of the input's shape; the CLI's ``--input``).
         progress: optional callable ``progress(stage)`` told when each of
             :data:`STAGES` starts, then ``'<target>: compile'`` and
             ``'<target>: emulate'`` per target (the CLI draws a progress bar with it).
@@ -520,7 +542,7 @@ def check_report(
     check_sizes(prog)
     compiled = time.perf_counter()
     ranges = declared_ranges(prog, input_ranges)
-    feeds = seeded_feeds(prog, ranges, seed)
+    feeds = seeded_feeds(prog, ranges, seed, input_data)
     step("emulate")
     got = _as_list(prog(*[f for _, f in feeds]))
     emulated = time.perf_counter()

@@ -25,6 +25,7 @@ from aneforge.graph.hashing import structural_hash
 from aneforge.io import (
     ConstantSaturationWarning,
     OnnxImportError,
+    OnnxImportWarning,
     UnsupportedModelError,
     from_onnx,
 )
@@ -375,7 +376,10 @@ def test_shape_arithmetic_stays_exact_on_the_host():
     assert [n.op for n in graph.compile().compute_nodes] == ["slice"]
 
 
-def test_integer_inputs_must_be_bound_and_bound_inputs_fold():
+def test_integer_inputs_are_engine_ids_and_bound_ones_fold():
+    """An int64 Gather index becomes a run-time integer input of the smallest engine type
+    that holds the table's rows; an id outside them is refused when the program runs, and
+    binding it with constants= folds it into a constant gather instead."""
     nodes = [helper.make_node("Gather", ["x", "idx"], ["y"], axis=0)]
     graph = helper.make_graph(
         nodes,
@@ -387,12 +391,17 @@ def test_integer_inputs_must_be_bound_and_bound_inputs_fold():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
     )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(OnnxImportError, match="'idx'.*constants="):
-        from_onnx(m)
-    g = from_onnx(m, constants={"idx": np.array([4, 0, 4])})
-    assert g.input_names == ["x"]
     x = np.arange(10.0).reshape(5, 2)
-    assert np.array_equal(g.compile()(x), x[[4, 0, 4]])
+    with pytest.warns(OnnxImportWarning, match="'idx' .*uint8 input on the engine"):
+        g = from_onnx(m)
+    assert g.input_names == ["x", "idx"] and g.inputs[1].dtype == "uint8"
+    prog = g.compile()
+    assert np.array_equal(prog(x, np.array([4, 0, 4])), x[[4, 0, 4]])
+    with pytest.raises(af.InputError, match="'idx'.*id 5"):
+        prog(x, np.array([4, 5, 0]))
+    bound = from_onnx(m, constants={"idx": np.array([4, 0, 4])})
+    assert bound.input_names == ["x"]
+    assert np.array_equal(bound.compile()(x), x[[4, 0, 4]])
 
 
 def test_a_parameter_computed_from_an_input_names_it_for_binding():
@@ -424,12 +433,6 @@ def test_dynamic_dims_need_shapes():
         from_onnx(dynamic_model(), shapes={"x": (4, 5)})
     with pytest.raises(OnnxImportError, match="rank"):
         from_onnx(dynamic_model(), shapes={"x": (4,)})
-
-
-def test_old_opsets_are_refused_with_the_converter_named():
-    m = model([helper.make_node("Relu", ["x"], ["y"])], [("x", (2,))], [("y", (2,))], opset=11)
-    with pytest.raises(OnnxImportError, match="opset 11.*version_converter"):
-        from_onnx(m)
 
 
 def test_one_error_lists_every_unsupported_op_and_attribute():

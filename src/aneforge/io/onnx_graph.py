@@ -73,11 +73,17 @@ def _is_new(value, mark: int) -> bool:
     return isinstance(value, Tensor) and value._order > mark and value.op != "input"
 
 
-def apply_names(outputs, names: NodeNames) -> list[Tensor]:
+def apply_names(outputs, names: NodeNames, replace=None) -> list[Tensor]:
     """``outputs`` with the collected names on their nodes: one rebuild of the graph in
-    topological order (unchanged subgraphs are kept as they are)."""
+    topological order (unchanged subgraphs are kept as they are). ``replace`` maps
+    ``id(node)`` of source nodes to the nodes that stand in for them (the integer
+    inputs of their final types)."""
     memo: dict[int, Tensor] = {}
+    replace = replace or {}
     for node in topological_order(list(outputs)):
+        if id(node) in replace:
+            memo[id(node)] = replace[id(node)]
+            continue
         new = with_srcs(node, [memo[id(s)] for s in node.srcs])
         name = names.names.get(node)
         if name is not None and name != new.name:

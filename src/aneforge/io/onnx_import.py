@@ -1,7 +1,8 @@
 """ONNX import: ``from_onnx(model) -> OnnxGraph``, an aneforge graph of the same model.
 
-Inputs: an ``onnx.ModelProto``, a path to a ``.onnx`` file or its bytes, default-domain
-opset 13 or newer, that ``onnx.checker`` accepts (full check). Models are untrusted:
+Inputs: an ``onnx.ModelProto``, a path to a ``.onnx`` file or its bytes, of any
+default-domain opset onnx knows (below 13 upgraded by :mod:`.onnx_upgrade`), that
+``onnx.checker`` accepts (full check). Models are untrusted:
 how files, bytes and external data are read is in :mod:`.onnx_load`, and every size
 import would allocate is checked first (:mod:`.onnx_sizes`). Output: an
 :class:`OnnxGraph` whose ``inputs`` and ``outputs`` are aneforge Tensors in ONNX order;
@@ -13,9 +14,11 @@ expansion in :mod:`.onnx_functions`, names in :mod:`.onnx_graph`, the op table i
 How values are handled (the contract the tests check):
 
 - Float graph inputs become fp16 inputs named like the ONNX inputs; bool inputs become
-  fp16 inputs holding 0/1. Integer graph inputs cannot enter the fp16 dataplane: bind
-  them with ``constants={name: array}``. Every dimension must be static: pass
-  ``shapes={name: shape}`` for symbolic or unknown ones.
+  fp16 inputs holding 0/1. Integer graph inputs (token ids, attention masks) become
+  integer inputs of the engine's types (int8, uint8, int16, uint16), read only by
+  embedding Gathers and Casts to float (:mod:`.onnx_integers` says which type each gets
+  and what else is refused); ``constants={name: array}`` binds one at import instead.
+  Every dimension must be static: pass ``shapes={name: shape}`` for symbolic ones.
 - Initializers and ``Constant`` outputs are host constants. Integer tensors (shapes,
   indices, axes, sizes) never reach the device: every node whose inputs are all host
   constants is evaluated at import by ``onnx.reference`` (exact ONNX semantics), so
@@ -24,6 +27,9 @@ How values are handled (the contract the tests check):
   Pad values) is read from that exact host value; a float constant that an op reads as
   *data* becomes an fp16 weight, and float arithmetic between constants is rebuilt from
   its recipe with the emulator's fp16 kernels (constant folding in fp16, never float64).
+  Float folding is capped (:mod:`.onnx_fold`): past its budget, constant float nodes are
+  left in the program to run on the engine, with a warning; ``OnnxGraph.partition``
+  reports what was folded and what runs on the engine.
 - A constant weight with finite values beyond the fp16 range (attention masks of -1e9,
   large epsilons) saturates to +-65504: one :class:`ConstantSaturationWarning` names
   every such constant and its largest magnitude.
@@ -71,6 +77,7 @@ from ..driver import compile as _compile
 from ..errors import AneforgeError, SizeLimitError
 from ..graph.fp16 import FP16_MAX
 from ..graph.tensor import Tensor, creation_mark, input, weight
+from ..graph.walk import topological_order
 from ..limits import check_elements
 from .onnx_errors import (
     ConstantSaturationWarning,
@@ -79,8 +86,10 @@ from .onnx_errors import (
     OnnxImportWarning,
     UnsupportedModelError,
 )
+from .onnx_fold import FoldBudget, LeftNode, Partition, fold_work, resolve_budget
 from .onnx_functions import FunctionExpansion
 from .onnx_graph import NodeNames, apply_names, node_label, topological
+from .onnx_integers import ONNX_INT_BOUNDS, IntInput, IntView, choose_dtype, integer_node
 from .onnx_load import DEFAULT_DOMAINS, MIN_OPSET, load_model, one_line
 from .onnx_sizes import GROWING_OPS, check_node_outputs
 from .onnx_table import EXACT_ON_HOST, HANDLERS, UNSUPPORTED_REASONS
@@ -120,6 +129,10 @@ class OnnxGraph:
             ArgMax indices come back as fp16 integers).
         input_names, output_names: the ONNX names, in the same orders.
         warnings: every import warning, as text (also issued with ``warnings.warn``).
+        partition: where the model runs (:class:`~.onnx_fold.Partition`): the ONNX
+            nodes folded at import, the float work folded against the budget, constant
+            nodes left in the program and why, the integer inputs' engine types and the
+            ops that run on the engine (``partition.lines()`` for a report).
     """
 
     inputs: list
@@ -128,6 +141,7 @@ class OnnxGraph:
     output_names: list
     warnings: list = field(default_factory=list)
     name: str = ""
+    partition: Partition = field(default_factory=Partition)
 
     def compile(self, **kwargs):
         """``af.compile(self.outputs, **kwargs)``: a Program whose inputs are the graph
@@ -143,7 +157,9 @@ class OnnxGraph:
         return f"<OnnxGraph {self.name!r}: ({ins}) -> ({outs})>"
 
 
-def from_onnx(model, shapes=None, constants=None, input_ranges=None, base_dir=None) -> OnnxGraph:
+def from_onnx(
+    model, shapes=None, constants=None, input_ranges=None, base_dir=None, fold_budget=None
+) -> OnnxGraph:
     """Import an ONNX model (ModelProto, path or bytes) as an aneforge graph.
 
     Args:
@@ -153,29 +169,40 @@ def from_onnx(model, shapes=None, constants=None, input_ranges=None, base_dir=No
             ``onnx.checker.check_model(model, full_check=True)``.
         shapes: ``{input_name: shape}`` fixing inputs with symbolic or unknown dims.
         constants: ``{input_name: array}`` binding graph inputs to fixed values at import
-            (integer inputs such as token positions or indices must be bound).
+            (an integer input used in integer arithmetic must be bound; one read as
+            embedding ids or cast to float may stay a run-time input).
         input_ranges: ``{input_name: (lo, hi) or max_abs}``, the values each input will
             be fed, declared on the graph's inputs as ``af.input(..., range=...)`` does
             (:func:`aneforge.range_analysis` and ``compile`` then find where it can
-            overflow); inputs not named stay unknown.
+            overflow); inputs not named stay unknown. An integer input's range (whole
+            numbers) also picks its engine type.
         base_dir: the folder external data files are read from. A model loaded from a
             path reads them from its own folder by default; bytes and ModelProtos have
             no folder, so their external data is refused unless ``base_dir`` is given.
             Locations leaving the folder (absolute, ``..``, symlinks out) are refused.
+        fold_budget: the work (output elements plus multiply-adds) import may spend
+            folding float constants (:mod:`.onnx_fold`; default ``$ANEFORGE_FOLD_BUDGET``,
+            else 1e8; 0 folds no float arithmetic). Past it, constant nodes stay in the
+            program and run on the engine.
 
     Returns:
         An :class:`OnnxGraph`. Raises :class:`OnnxImportError` for unreadable or invalid
-        models (the checker's reason), opsets older than 13 or newer than onnx knows, and
-        unresolved dynamic dims; :class:`~aneforge.errors.SizeLimitError` for a tensor
-        (a declared input, an initializer, a folded constant) past
+        models (the checker's reason), opsets the converter cannot upgrade (its reason)
+        or newer than onnx knows, and unresolved dynamic dims;
+        :class:`~aneforge.errors.SizeLimitError` for a tensor (a declared input, an
+        initializer, a folded constant) past
         ``$ANEFORGE_MAX_ELEMENTS``; and one :class:`UnsupportedModelError` listing
         everything that cannot be expressed.
     """
     onnx = _onnx()
-    proto, opset, inferred = load_model(onnx, model, base_dir)
+    loaded: list[str] = []  # what loading said (an opset upgrade): notes of the graph
+    proto, opset, inferred = load_model(onnx, model, base_dir, notes=loaded)
     importer = _Importer(onnx, proto, opset, dict(shapes or {}), dict(constants or {}))
+    for msg in loaded:
+        importer.note(msg)
     importer.inferred = inferred
     importer.ranges = dict(input_ranges or {})
+    importer.budget = FoldBudget(resolve_budget(fold_budget))
     return importer.run()
 
 
@@ -214,6 +241,9 @@ class _Importer(FunctionExpansion):
         self.names = NodeNames()  # the ONNX node names, put on the graph at the end
         self.opset = opset
         self.inferred = None  # the model with ONNX's inferred shapes, from the checker
+        self.budget = FoldBudget(0)  # the float folding budget (from_onnx sets it)
+        self.partition = Partition()
+        self.int_inputs: list[IntInput] = []
 
     # ---- set-up ----------------------------------------------------------------------
     def _input_shape(self, vi) -> tuple[int, ...]:
@@ -299,7 +329,6 @@ class _Importer(FunctionExpansion):
         for init in graph.initializer:
             env[init.name] = Host(self.initializer(init), label=init.name)
         inputs, names = [], []
-        int_inputs = []
         for vi in graph.input:
             if vi.name in env and vi.name not in self.constants:
                 continue  # an initializer listed as an input: its default value
@@ -308,11 +337,10 @@ class _Importer(FunctionExpansion):
                 continue
             elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
             if not (is_float(onnx, elem) or elem == onnx.TensorProto.BOOL):
-                int_inputs.append(f"'{vi.name}' ({_type_name(onnx, elem)})")
-                env[vi.name] = BROKEN
-                continue
-            t = input(self._input_shape(vi), name=vi.name, range=self._range(vi.name))
-            env[vi.name] = t
+                t = self._integer_input(vi, elem, env)
+            else:
+                t = input(self._input_shape(vi), name=vi.name, range=self._range(vi.name))
+                env[vi.name] = t
             inputs.append(t)
             names.append(vi.name)
         unknown = sorted(set(self.constants) - {vi.name for vi in graph.input})
@@ -321,13 +349,8 @@ class _Importer(FunctionExpansion):
         unranged = sorted(set(self.ranges) - set(names))
         if unranged:
             raise OnnxImportError(
-                f"from_onnx: input_ranges= names no float graph input: {unranged}; "
-                f"the inputs are {names}"
-            )
-        if int_inputs:
-            raise OnnxImportError(
-                f"from_onnx: input(s) {', '.join(int_inputs)} are not float: the engine's "
-                "dataplane is fp16; bind them at import with constants={name: array}"
+                f"from_onnx: input_ranges= names no float graph input (nor integer one): "
+                f"{unranged}; the inputs are {names}"
             )
         self.convert(graph.node, env, self.opset)
         outputs = []
@@ -341,20 +364,76 @@ class _Importer(FunctionExpansion):
             except (NotExpressible, Unsupported) as err:  # e.g. an empty output
                 self.problems.append(f"output '{vi.name}': {err}")
                 outputs.append(None)
+        final = self._integer_types()
         self._raise_if_unsupported()
         if any(o is None for o in outputs):  # pragma: no cover - failures raise above
             raise OnnxImportError("from_onnx: some outputs were not produced")
+        self._note_left()
         for msg in self.notes:
             warnings.warn(msg, OnnxImportWarning, stacklevel=3)
         self._warn_saturated()
+        outputs = apply_names(outputs, self.names, final)
+        inputs = [final.get(id(t), t) for t in inputs]
+        self._count_engine(outputs)
         return OnnxGraph(
             inputs,
-            apply_names(outputs, self.names),
+            outputs,
             names,
             [vi.name for vi in graph.output],
             list(self.notes),
             name=graph.name,
+            partition=self.partition,
         )
+
+    # ---- integer inputs and the partition --------------------------------------------
+    def _integer_input(self, vi, elem: int, env: dict) -> Tensor:
+        """Declare integer graph input ``vi`` (its type is chosen at the end, from its
+        uses: :mod:`.onnx_integers`); returns its provisional tensor."""
+        kind = _type_name(self.onnx, elem)
+        if elem not in ONNX_INT_BOUNDS:
+            raise OnnxImportError(
+                f"from_onnx: input '{vi.name}' is {kind}: the engine's inputs are fp16 and "
+                "int8/uint8/int16/uint16; bind it at import with constants={name: array}"
+            )
+        src = IntInput.declare(vi.name, self._input_shape(vi), elem, kind)
+        self.int_inputs.append(src)
+        env[vi.name] = IntView(src, src.shape)
+        return src.tensor
+
+    def _integer_types(self) -> dict[int, Tensor]:
+        """{id(provisional input): the input of its engine type} of every integer input,
+        each choice noted (a use no engine type holds becomes a problem)."""
+        final = {}
+        for src in self.int_inputs:
+            try:
+                dtype, given, note = choose_dtype(src, self.ranges.get(src.name))
+            except NotExpressible as err:
+                self.problems.append(str(err))
+                continue
+            self.note(f"from_onnx: {note}")
+            t = input(src.shape, name=src.name, dtype=dtype, range=given)
+            final[id(src.tensor)] = t
+            self.partition.integer_inputs[src.name] = dtype
+        return final
+
+    def _note_left(self) -> None:
+        left = self.partition.left
+        if not left:
+            return
+        first = left[0]
+        self.note(
+            f"from_onnx: {len(left)} node(s) of constants were left in the program, their "
+            f"ops run on the engine instead of being folded at import (first: {first.op} "
+            f"'{first.node}': {first.reason}); raise fold_budget= (or $ANEFORGE_FOLD_BUDGET)"
+            " to fold more"
+        )
+
+    def _count_engine(self, outputs) -> None:
+        nodes = topological_order(list(outputs))
+        self.partition.engine_ops = sum(n.op not in ("input", "weight") for n in nodes)
+        self.partition.weights = sum(n.op == "weight" for n in nodes)
+        self.partition.budget = self.budget.budget
+        self.partition.folded_work = self.budget.spent
 
     def note(self, msg: str) -> None:
         """Record an import warning (issued once the import succeeds)."""
@@ -435,14 +514,19 @@ class _Importer(FunctionExpansion):
         on_host = all(v is None or isinstance(v, Host) for v in ins)
         if default and (on_host or op in GROWING_OPS):
             self._check_sizes(node, ins, opset)  # before anything is allocated
+        self.partition.onnx_nodes += 1
         try:
             if default and op in _RANDOM_OPS:
                 raise Unsupported(key)
+            fold = True
             if on_host:
-                folded = self._fold(node, ins, opset)
+                fold = self._may_fold(node, ins)
+                folded = self._fold(node, ins, opset) if fold else None
                 if folded is not None:
+                    self._count_folded(folded)
                     return folded
-            outs = self.dispatch(node, ins, opset, env)
+            outs = self.dispatch(node, ins, opset, env, fold=fold)
+            self._count_folded(outs)
             for name, value in zip(node.output, outs):
                 if isinstance(value, Tensor):
                     check_elements(
@@ -490,14 +574,17 @@ class _Importer(FunctionExpansion):
                     outs.append(BROKEN)
         return outs
 
-    def dispatch(self, node, ins, opset, env=None):
-        """Convert one node with graph tensors among its inputs (or rebuild a recipe)."""
+    def dispatch(self, node, ins, opset, env=None, fold=True):
+        """Convert one node with graph tensors among its inputs (or rebuild a recipe);
+        ``fold=False`` builds its ops without folding them (a node past the budget)."""
 
         op = node.op_type
         default = node.domain in DEFAULT_DOMAINS
         handler = HANDLERS.get(op) if default else None
+        if any(isinstance(v, IntView) for v in ins):  # an integer input: its own rules
+            handler = integer_node if default else _not_integer
         if handler is not None:
-            cx = Cx(self, node, opset, env)
+            cx = Cx(self, node, opset, env, fold=fold)
             outs = handler(cx, node, ins, attrs(self.onnx, node))
             outs = list(outs) + [None] * (len(node.output) - len(outs))
             for name, value in zip(node.output, outs):
@@ -510,6 +597,33 @@ class _Importer(FunctionExpansion):
         return self.expand(node, ins, body)
 
     # ---- host folding ----------------------------------------------------------------
+    def _may_fold(self, node, ins) -> bool:
+        """Whether all-constant ``node`` may be folded: integer and bool nodes and exact
+        movement always; float arithmetic while the budget lasts (:mod:`.onnx_fold`).
+        A node that may not is recorded in the partition."""
+        arrays = [None if v is None else np.asarray(v.value) for v in ins]
+        out_types = [self.types.get(o) if not self.depth else None for o in node.output]
+        float_in = any(a is not None and a.dtype.kind in "fc" for a in arrays)
+        float_out = any(t is not None and is_float(self.onnx, t) for t in out_types)
+        unknown_out = any(t is None for t in out_types) and node.op_type in _MAKES_FLOATS
+        if not (float_in or float_out or unknown_out) or node.op_type in EXACT_ON_HOST:
+            return True
+        shape = self.static_shapes.get(node.output[0]) if node.output and not self.depth else None
+        work, elements = fold_work(node.op_type, arrays, attrs(self.onnx, node), shape)
+        reason = self.budget.charge(node.op_type, node_label(node), work, elements)
+        if reason is None:
+            return True
+        self.partition.left.append(LeftNode(node_label(node), node.op_type, work, reason))
+        return False
+
+    def _count_folded(self, outs) -> None:
+        """Count a node whose every output is known at import (folded on the host)."""
+        values = [v for v in outs if v is not None]
+        if values and all(isinstance(v, Host) for v in values):
+            self.partition.folded += 1
+            if all(np.asarray(v.value).dtype.kind in "biu" for v in values):
+                self.partition.folded_integer += 1
+
     def _fold(self, node, ins, opset):
         """Evaluate a node whose inputs are all host constants with ``onnx.reference``;
         None when it cannot (the node then goes through its handler)."""
@@ -540,6 +654,14 @@ class _Importer(FunctionExpansion):
             if id(value) not in self.weights:
                 self._materialize_chain(value)
             return self.weights[id(value)][1]
+        if isinstance(value, IntView):
+            raise NotExpressible(
+                f"input '{value.source.name}' is a run-time integer input; the engine "
+                "returns no integer values (an output reads it as it is)"
+            )
+        refusal = getattr(value, "not_a_tensor", None)  # a rank-6 view (onnx_shape)
+        if refusal is not None:
+            raise NotExpressible(refusal())
         raise NotExpressible(f"expected a tensor, got {type(value).__name__}")
 
     def _materialize_chain(self, host: Host) -> None:
@@ -630,6 +752,19 @@ def _type_name(onnx, elem: int) -> str:
         return onnx.helper.tensor_dtype_to_string(elem)
     except Exception:  # not an element type onnx knows
         return f"element type {elem}"
+
+
+#: Ops that can make floats from integer constants (their output type decides).
+_MAKES_FLOATS = frozenset({"Cast", "CastLike", "ConstantOfShape", "EyeLike", "OneHot"})
+
+
+def _not_integer(cx, node, ins, at):
+    """A node of another domain reading a run-time integer input: refused."""
+    view = next(v for v in ins if isinstance(v, IntView))
+    raise NotExpressible(
+        f"input '{view.source.name}' is a run-time integer input, which only embedding "
+        "Gathers and Casts to float read; bind it with constants= to fold it at import"
+    )
 
 
 def _has_subgraph(node) -> bool:

@@ -15,12 +15,18 @@ Rules (the contract tests/io/test_onnx_hostile.py checks; every refusal is an
   looked up in the current folder. A location that is absolute, climbs with ``..`` or
   leads (through a symlink) out of that folder is refused; each file is read like a
   model file (regular, size-capped), and ``offset``/``length`` must lie inside it.
-- Opset: the default domain must be opset 13 or newer (older models: convert them with
-  ``onnx.version_converter``) and no newer than the installed ``onnx`` package knows.
+- Opset: the default domain must be no newer than the installed ``onnx`` package knows.
+  An older one than 13 is upgraded to 13 in memory by ``onnx.version_converter``
+  (:mod:`.onnx_upgrade`: the original is checked structurally first, the IR version is
+  raised to what opset 13 needs); a model the converter cannot upgrade is refused with
+  the converter's reason, and an upgraded one carries the note "upgraded from opset N to
+  13 by onnx.version_converter" (appended to ``notes=``, else warned as
+  :class:`~.onnx_errors.OnnxImportWarning`).
 - Then ``onnx.checker.check_model(model, full_check=True)``: structure, single
   assignment of every name, attribute types, tensor sizes and strict shape and type
   inference (run as its two steps, so that the inferred model serves the importer).
-  Its reason becomes the error's message. Where strict inference fails only inside a
+  Its reason becomes the error's message (for an upgraded model the check runs on the
+  converter's output, and the message says so). Where strict inference fails only inside a
   function body because a node omits an attribute with a schema default (ONNX's
   MeanVarianceNormalization body needs ``axes`` spelled out), it is repeated on a copy
   with the defaults filled in.
@@ -45,11 +51,13 @@ Example:
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from ..errors import FileReadError
 from ..limits import read_regular_file
-from .onnx_errors import OnnxImportError
+from .onnx_errors import OnnxImportError, OnnxImportWarning
+from .onnx_upgrade import upgrade_note, upgrade_opset
 
 __all__ = ["DEFAULT_DOMAINS", "MIN_OPSET", "load_model", "one_line"]
 
@@ -64,13 +72,30 @@ def one_line(err) -> str:
     return text or type(err).__name__
 
 
-def load_model(onnx, model, base_dir=None):
+def load_model(onnx, model, base_dir=None, notes=None):
     """``(proto, opset, inferred)``: ``model`` (ModelProto, path or bytes) read, its
-    external data inlined and checked by ``onnx.checker`` (full check); its
-    default-domain opset; and the model with ONNX's inferred shapes (None for a model
-    past 2 GiB, which only its file could check).
+    external data inlined, upgraded to opset 13 when older, and checked by
+    ``onnx.checker`` (full check); its default-domain opset (13 after an upgrade); and
+    the model with ONNX's inferred shapes (None for a model past 2 GiB, which only its
+    file could check).
 
-    The caller's ModelProto is never changed (external data goes into a copy)."""
+    ``notes``: a list the upgrade's note is appended to, for the caller to put on the
+    graph it returns; without one the note is warned as an ``OnnxImportWarning``.
+    The caller's ModelProto is never changed (external data goes into a copy, the
+    upgrade makes a new model).
+
+    Example:
+        >>> import onnx
+        >>> from onnx import TensorProto, helper
+        >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+        >>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x],
+        ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+        >>> old = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+        >>> said = []
+        >>> proto, opset, _ = load_model(onnx, old, notes=said)
+        >>> opset, said
+        (13, ['from_onnx: the model was upgraded from opset 9 to 13 by onnx.version_converter'])
+    """
     path, serialized, owned = None, None, False
     if isinstance(model, onnx.ModelProto):
         proto, label = model, "the ModelProto"
@@ -101,8 +126,16 @@ def load_model(onnx, model, base_dir=None):
             _read_into(onnx, tensor, base, files)
         serialized = None  # the bytes no longer describe the model
     opset = check_opset(onnx, proto)
-    inferred = _check(onnx, proto, serialized, path if base_dir is None else None)
-    return proto, opset, inferred
+    if opset >= MIN_OPSET:
+        return proto, opset, _check(onnx, proto, serialized, path if base_dir is None else None)
+    upgraded = upgrade_opset(onnx, proto, opset, MIN_OPSET)
+    inferred = _check(onnx, upgraded, None, None, original=(proto, opset))
+    note = upgrade_note(opset, MIN_OPSET)
+    if notes is None:
+        warnings.warn(note, OnnxImportWarning, stacklevel=3)  # from_onnx's caller
+    else:
+        notes.append(note)
+    return upgraded, MIN_OPSET, inferred
 
 
 def _parse(onnx, data: bytes, label: str):
@@ -277,18 +310,13 @@ def _resolve(base: Path, location: str, tensor: str) -> Path:
 
 
 def check_opset(onnx, proto) -> int:
-    """The default-domain opset of ``proto``, refused outside [13, what onnx knows]."""
+    """The default-domain opset of ``proto``, refused past what onnx knows (an older
+    one than 13 is for :func:`.onnx_upgrade.upgrade_opset` to lift)."""
     versions = {o.domain: o.version for o in proto.opset_import}
     version = versions.get("", versions.get("ai.onnx"))
     newest = int(onnx.defs.onnx_opset_version())
     if version is None:  # only other domains: their ops are listed as unsupported
         return newest
-    if version < MIN_OPSET:
-        raise OnnxImportError(
-            f"from_onnx: the model uses ONNX opset {version}; aneforge imports opset "
-            f"{MIN_OPSET} and newer. Convert it first: "
-            f"onnx.version_converter.convert_version(model, {MIN_OPSET})"
-        )
     if version > newest:
         raise OnnxImportError(
             f"from_onnx: the model declares ONNX opset {version}, but the installed onnx "
@@ -298,11 +326,15 @@ def check_opset(onnx, proto) -> int:
     return int(version)
 
 
-def _check(onnx, proto, serialized, path):
+def _check(onnx, proto, serialized, path, original=None):
     """``onnx.checker.check_model(full_check=True)`` as its two steps (the structural
     check, then strict shape and type inference), so the inferred model is kept for the
     importer; a refusal becomes an OnnxImportError. Returns the inferred ModelProto, or
-    None when only the file could be checked (a model past 2 GiB)."""
+    None when only the file could be checked (a model past 2 GiB).
+
+    ``original``: ``(proto, opset)`` of the model ``proto`` was upgraded from. A refusal
+    of the upgraded model then names the original's own fault when the full check
+    refuses the original too, else the conversion."""
     try:
         if serialized is None:
             serialized = proto.SerializeToString()
@@ -330,10 +362,30 @@ def _check(onnx, proto, serialized, path):
         raise
     except Exception as err:  # ValidationError, InferenceError, ValueError, ...
         reason = one_line(err).rstrip(".")
+        if original is not None:
+            _refuse_upgraded(onnx, original, reason)
         raise OnnxImportError(
             f"from_onnx: onnx.checker refuses the model: {reason}; fix the model or the "
             "exporter that wrote it"
         ) from None
+
+
+def _refuse_upgraded(onnx, original, reason: str) -> None:
+    """The error for an upgraded model the checker refuses: the original's own reason
+    where the full check refuses it at its opset too, else the conversion's fault."""
+    proto, opset = original
+    try:
+        onnx.checker.check_model(proto, full_check=True)
+    except Exception as err:  # the original is at fault, at its own opset
+        raise OnnxImportError(
+            f"from_onnx: onnx.checker refuses the model (opset {opset}): "
+            f"{one_line(err).rstrip('.')}; fix the model or the exporter that wrote it"
+        ) from None
+    raise OnnxImportError(
+        f"from_onnx: onnx.checker accepts the model at its opset {opset} but refuses it as "
+        f"onnx.version_converter upgraded it to opset {MIN_OPSET}: {reason}; re-export "
+        f"the model at opset {MIN_OPSET} or newer"
+    )
 
 
 def _inferred_with_defaults(onnx, proto):

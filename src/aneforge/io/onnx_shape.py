@@ -7,14 +7,27 @@ DepthToSpace / SpaceToDepth (pixel shuffles plus a channel permutation for DCR),
 (constant by concatenation, edge / reflect / wrap by gathers), CenterCropPad, Shape and
 Size (host constants), the scatters with constant indices (ScatterElements, ScatterND,
 TensorScatter), Range and DequantizeLinear of constants. All movement is exact.
+
+Ranks past the graph's (:data:`~aneforge.graph.tensor.MAX_RANK`, 5): Reshape,
+Unsqueeze, Squeeze, Flatten and Transpose pass a rank-6+ value on as a
+:class:`HighRank` view, a rank <= 5 tensor holding the same elements in row-major order
+with the logical shape beside it (Swin's window partition ``view(B, H/w, w, W/w, w, C)
+.permute(0, 1, 3, 2, 4, 5)`` and its reverse). A Transpose of a view drops its size-1
+axes and merges the axes that stay adjacent and in order through the permutation
+(:func:`merge_axes`): when at most 5 groups remain, the same movement is a
+reshape/transpose/reshape at that rank (rank 4 for Swin); else the Transpose is refused
+naming the Reshape the view came from and the merged rank. Any other op given a view
+is refused (a view reaching a graph output too).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..graph.tensor import MAX_RANK, Tensor
 from ..limits import check_elements
 from .onnx_errors import NotExpressible
 from .onnx_graph import node_label
@@ -51,20 +64,107 @@ def _eyelike(cx, node, ins, at):
     return [Host(np.eye(n, m, k=at.get("k", 0)), label=node.output[0])]
 
 
+# ---- rank past MAX_RANK: views, merged transposes ------------------------------------
+
+
+@dataclass(eq=False)
+class HighRank:
+    """A value of rank > MAX_RANK: ``data`` (a graph tensor of rank <= MAX_RANK) holds
+    its elements in row-major order; ``shape`` is its logical shape; ``origin`` names
+    the node that made it (for errors)."""
+
+    data: Tensor
+    shape: tuple
+    origin: str
+
+    def not_a_tensor(self) -> str:
+        """Why an op other than Reshape/Transpose/Squeeze/Unsqueeze/Flatten cannot take
+        this value (the importer's message when one is given it)."""
+        return (
+            f"the value is the rank-{len(self.shape)} tensor {self.shape} from {self.origin}; "
+            f"aneforge tensors have rank <= {MAX_RANK}, so a rank-{len(self.shape)} value may "
+            f"only be reshaped, squeezed, unsqueezed, flattened or transposed (back to rank "
+            f"<= {MAX_RANK})"
+        )
+
+
+def merge_axes(shape, perm) -> tuple[tuple, tuple]:
+    """``(sizes, perm)`` of the smallest-rank transpose that moves data as
+    ``transpose(x.reshape(shape), perm)`` does: size-1 axes dropped, and axes that follow
+    each other both in ``shape`` and in ``perm`` merged into one.
+
+    Example (Swin's window partition, rank 6 -> rank 4):
+        >>> merge_axes((2, 2, 7, 2, 7, 96), (0, 1, 3, 2, 4, 5))
+        ((4, 7, 2, 672), (0, 2, 1, 3))
+        >>> merge_axes((2, 1, 3), (2, 1, 0))
+        ((2, 3), (1, 0))
+    """
+    kept = [a for a in range(len(shape)) if shape[a] != 1]
+    where = {a: i for i, a in enumerate(kept)}
+    order = [where[a] for a in perm if a in where]
+    groups: list[list[int]] = []
+    for a in order:
+        if groups and groups[-1][-1] + 1 == a:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    by_input = sorted(range(len(groups)), key=lambda g: groups[g][0])
+    sizes = tuple(math.prod(shape[kept[a]] for a in groups[g]) for g in by_input)
+    rank_of = {g: i for i, g in enumerate(by_input)}
+    return sizes, tuple(rank_of[g] for g in range(len(groups)))
+
+
+def _as_shape(cx, node, data, shape):
+    """``data`` (any rank <= MAX_RANK, row-major) as logical ``shape``: a tensor, or a
+    :class:`HighRank` view when ``shape`` is past MAX_RANK."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) <= MAX_RANK:
+        return reshape(cx, data, shape)
+    return HighRank(data, shape, f"{node.op_type} '{node_label(node)}'")
+
+
+def _data_and_shape(cx, value):
+    """``(row-major data tensor, logical shape)`` of a tensor or view."""
+    if isinstance(value, HighRank):
+        return value.data, value.shape
+    x = cx.t(value)
+    return x, x.shape
+
+
+def _high_transpose(cx, node, view: HighRank, perm):
+    shape = view.shape
+    if sorted(perm) != list(range(len(shape))):
+        raise NotExpressible(f"perm {list(perm)} is not a permutation of rank {len(shape)}")
+    sizes, merged = merge_axes(shape, perm)
+    out_shape = tuple(shape[a] for a in perm)
+    if len(sizes) > MAX_RANK:
+        raise NotExpressible(
+            f"perm {list(perm)} of the rank-{len(shape)} tensor {shape} from {view.origin} "
+            f"merges only to rank {len(sizes)} (sizes {sizes}, perm {merged}): its axes do "
+            f"not stay adjacent through the permutation, and aneforge tensors have rank <= "
+            f"{MAX_RANK}, so no rank-{MAX_RANK} reshape/transpose/reshape moves the data the "
+            "same way"
+        )
+    x = reshape(cx, view.data, sizes)
+    if merged != tuple(range(len(merged))):
+        x = cx.op("transpose", x, perm=merged)
+    return _as_shape(cx, node, x, out_shape)
+
+
 @handles("Reshape")
 def _reshape(cx, node, ins, at):
-    x = cx.t(ins[0])
+    x, shape = _data_and_shape(cx, ins[0])
     want = cx.ints(ins[1], "shape")
     out = []
     for i, d in enumerate(want):
         if d == 0 and not at.get("allowzero", 0):
-            if i >= x.ndim:
-                raise NotExpressible(f"shape {want} copies axis {i} of a rank-{x.ndim} input")
-            d = x.shape[i]
+            if i >= len(shape):
+                raise NotExpressible(f"shape {want} copies axis {i} of a rank-{len(shape)} input")
+            d = shape[i]
         out.append(d)
     if 0 in out:
         raise NotExpressible(f"shape {want} is empty (allowzero=1)")
-    return [reshape(cx, x, _infer_minus_one(out, x.size))]
+    return [_as_shape(cx, node, x, _infer_minus_one(out, math.prod(shape)))]
 
 
 def _infer_minus_one(shape, size):
@@ -76,17 +176,22 @@ def _infer_minus_one(shape, size):
 
 @handles("Flatten")
 def _flatten(cx, node, ins, at):
-    x = cx.t(ins[0])
+    x, shape = _data_and_shape(cx, ins[0])
+    rank = len(shape)
     axis = at.get("axis", 1)
-    if not -x.ndim <= axis <= x.ndim:
-        raise NotExpressible(f"axis={axis} is out of range for rank {x.ndim}")
-    axis = axis + x.ndim if axis < 0 else axis
-    lead = int(np.prod(x.shape[:axis], dtype=np.int64))
-    return [reshape(cx, x, (lead, x.size // lead))]
+    if not -rank <= axis <= rank:
+        raise NotExpressible(f"axis={axis} is out of range for rank {rank}")
+    axis = axis + rank if axis < 0 else axis
+    lead = int(np.prod(shape[:axis], dtype=np.int64))
+    return [reshape(cx, x, (lead, math.prod(shape) // lead))]
 
 
 @handles("Transpose")
 def _transpose(cx, node, ins, at):
+    if isinstance(ins[0], HighRank):
+        view = ins[0]
+        perm = tuple(at.get("perm", range(len(view.shape) - 1, -1, -1)))
+        return [_high_transpose(cx, node, view, perm)]
     x = cx.t(ins[0])
     perm = tuple(at.get("perm", range(x.ndim - 1, -1, -1)))
     if perm == tuple(range(x.ndim)):
@@ -159,27 +264,27 @@ def _slice(cx, node, ins, at):
 
 @handles("Squeeze")
 def _squeeze(cx, node, ins, at):
-    x = cx.t(ins[0])
+    x, shape = _data_and_shape(cx, ins[0])
     if len(ins) > 1 and ins[1] is not None:
         axes = cx.ints(ins[1], "axes")
     else:
         axes = at.get("axes")
     if axes is None:
-        axes = [i for i, d in enumerate(x.shape) if d == 1]
-    axes = tuple(norm_axis(a, x.ndim, "axes") for a in axes)
-    return [reshape(cx, x, [d for i, d in enumerate(x.shape) if i not in axes])]
+        axes = [i for i, d in enumerate(shape) if d == 1]
+    axes = tuple(norm_axis(a, len(shape), "axes") for a in axes)
+    return [_as_shape(cx, node, x, [d for i, d in enumerate(shape) if i not in axes])]
 
 
 @handles("Unsqueeze")
 def _unsqueeze(cx, node, ins, at):
-    x = cx.t(ins[0])
+    x, shape = _data_and_shape(cx, ins[0])
     axes = cx.ints(ins[1], "axes") if len(ins) > 1 else list(at["axes"])
-    rank = x.ndim + len(axes)
+    rank = len(shape) + len(axes)
     axes = sorted(norm_axis(a, rank, "axes") for a in axes)
-    shape, it = [], iter(x.shape)
+    out, it = [], iter(shape)
     for i in range(rank):
-        shape.append(1 if i in axes else next(it))
-    return [reshape(cx, x, shape)]
+        out.append(1 if i in axes else next(it))
+    return [_as_shape(cx, node, x, out)]
 
 
 @handles("Expand")

@@ -10,6 +10,14 @@ Handlers follow :mod:`.onnx_ops`. Mapping rules:
   Other cases (3-D, dilations, large pads) and LpPool are spelled with slices: the max
   (exact) or the running fp16 sum (the narrow accumulator's order) of the kernel's
   strided slices, divided by a constant count. Pooling indices are not expressible.
+- A kernel larger than its padded input (EfficientNet's ``AvgPool2d(1280,
+  ceil_mode=True)`` on 7x7) has one window per such dim where onnxruntime and ONNX
+  shape inference give one (``ceil_mode``, or without it when the shortfall is under
+  the stride: they round ``(in + pads - kernel) / stride`` toward zero). Where that
+  window holds the whole dim, the pool is a reduction over it (``mean``, ``amax`` or
+  ``sum``) divided by onnxruntime's count (the input positions, plus the declared pads
+  inside the window with ``count_include_pad``; never the ceil overhang); what is left
+  pools as above.
 - Resize is separable: per resized axis a float64 matrix of interpolation weights,
   built from the ONNX definition (coordinate transformation, nearest rounding, linear,
   cubic, exclude_outside, antialias, tf_crop_and_resize extrapolation). A nearest axis
@@ -44,9 +52,12 @@ def _spatial(at, name, nd, default, least=None):
     return value
 
 
-def _window_pads(at, sizes, kernel, strides, dils, ceil_mode=False):
+def _window_pads(at, sizes, kernel, strides, dils, ceil_mode=False, pool=False):
     """Per spatial dim (before, after, extra_after, out): ONNX padding rules, where
-    ``extra_after`` is the ceil_mode overhang beyond the declared padding."""
+    ``extra_after`` is the ceil_mode overhang beyond the declared padding. A kernel
+    larger than the padded input (``pool`` only) has one window where onnxruntime
+    computes one (the overhang is then ``extra_after``, in either mode); an empty output
+    is refused."""
     nd = len(sizes)
     auto = at.get("auto_pad", "NOTSET")
     pads = list(at.get("pads", [0] * 2 * nd))
@@ -69,13 +80,20 @@ def _window_pads(at, sizes, kernel, strides, dils, ceil_mode=False):
         else:
             raise NotExpressible(f"auto_pad={auto!r} is not an ONNX padding mode")
         room = n + before + after - span
-        if room < 0:
+        if room < 0 and not pool:
             raise NotExpressible(f"the kernel {kernel} does not fit the input {sizes}")
         size = room // s + 1
         if ceil_mode and auto in ("NOTSET", ""):
             size = -(-room // s) + 1
             if (size - 1) * s >= n + before:
                 size -= 1
+        elif room < 0:  # room / s rounded toward zero, as onnxruntime and ONNX inference do
+            size = -(-room // s) + 1
+        if size < 1:
+            raise NotExpressible(
+                f"the kernel {kernel} (strides {strides}, pads {before}+{after} on spatial "
+                f"dim {i}) does not fit the input {tuple(sizes)}: the output would be empty"
+            )
         extra = max((size - 1) * s + span - (n + before + after), 0)
         out.append((before, after, extra, size))
     return out
@@ -164,7 +182,8 @@ def _pool_setup(cx, node, ins, at):
         raise NotExpressible("kernel_shape is required")
     kernel = _spatial(at, "kernel_shape", nd, 1, 1)
     strides, dils = _spatial(at, "strides", nd, 1, 1), _spatial(at, "dilations", nd, 1, 1)
-    geo = _window_pads(at, x.shape[2:], kernel, strides, dils, bool(at.get("ceil_mode", 0)))
+    ceil = bool(at.get("ceil_mode", 0))
+    geo = _window_pads(at, x.shape[2:], kernel, strides, dils, ceil, pool=True)
     return x, nd, kernel, strides, dils, geo
 
 
@@ -213,9 +232,67 @@ def _padded(cx, x, geo, value):
     return pad_constant(cx, x, pads, value)
 
 
+def _covering(sizes, kernel, dils, geo) -> list[int]:
+    """The spatial dims (0-based) whose kernel reaches past the padded input (a ceil_mode
+    window) while its single window holds every input position: there the pool is a
+    reduction over the whole dim (EfficientNet's ``AvgPool2d(1280, ceil_mode=True)``)."""
+    out = []
+    for i, (n, k, d, (b, a, _, size)) in enumerate(zip(sizes, kernel, dils, geo)):
+        if size != 1 or (k - 1) * d + 1 <= n + b + a:
+            continue
+        # positions -b + j*d (j < k) from -b <= 0 to past n: all of 0 .. n-1 when d = 1
+        if d == 1 or (n == 1 and b % d == 0 and b // d < k):
+            out.append(i)
+    return out
+
+
+def _fold_covering(cx, x, kernel, strides, dils, geo, kind, include=False):
+    """Reduce the dims :func:`_covering` finds (``kind``: 'max', 'avg' or 'sum') and
+    return ``(x, kernel, strides, dils, geo)`` for pooling what is left, those dims now
+    of size 1 with a unit kernel. An average divides by onnxruntime's count: the input
+    positions, plus with ``count_include_pad`` the declared pads inside the window
+    (never the ceil overhang); the other dims' counts multiply, so dividing per step is
+    the same average."""
+    dims = _covering(x.shape[2:], kernel, dils, geo)
+    if not dims:
+        return x, kernel, strides, dils, geo
+    axes = tuple(2 + i for i in dims)
+    if kind == "max":
+        x = cx.op("amax", x, axes=axes, keepdims=True)
+    elif kind == "sum":
+        x = cx.op("sum", x, axes=axes, keepdims=True)
+    else:
+        sizes = [x.shape[a] for a in axes]
+        counts = list(sizes)
+        if include:
+            counts = [
+                min(kernel[i], -(-(n + geo[i][0] + geo[i][1]) // dils[i]))
+                for i, n in zip(dims, sizes)
+            ]
+        if counts == sizes:
+            x = cx.op("mean", x, axes=axes, keepdims=True)
+        else:  # declared zero pads inside the window count
+            total = cx.op("sum", x, axes=axes, keepdims=True)
+            count = np.full((1,) * x.ndim, float(math.prod(counts)))
+            x = cx.op("div", total, cx.t(Host(count, label="pool count")))
+    kernel, strides, dils, geo = list(kernel), list(strides), list(dils), list(geo)
+    for i in dims:
+        kernel[i], strides[i], dils[i], geo[i] = 1, 1, 1, (0, 0, 0, 1)
+    return x, kernel, strides, dils, geo
+
+
+def _all_unit(x, kernel, geo) -> bool:
+    """Whether the pool left is the identity: unit kernel, no pads, every position kept."""
+    sizes = x.shape[2:]
+    return all(k == 1 for k in kernel) and all(g == (0, 0, 0, n) for g, n in zip(geo, sizes))
+
+
 @handles("MaxPool")
 def _max_pool(cx, node, ins, at):
     x, nd, kernel, strides, dils, geo = _pool_setup(cx, node, ins, at)
+    x, kernel, strides, dils, geo = _fold_covering(cx, x, kernel, strides, dils, geo, "max")
+    if _all_unit(x, kernel, geo):
+        return [x]
     if _native_ok(nd, kernel, dils, geo):
         return [
             cx.op("max_pool", x, kernel=tuple(kernel), stride=tuple(strides), pad=_native_pads(geo))
@@ -231,6 +308,11 @@ def _max_pool(cx, node, ins, at):
 def _avg_pool(cx, node, ins, at):
     x, nd, kernel, strides, dils, geo = _pool_setup(cx, node, ins, at)
     include = bool(at.get("count_include_pad", 0))
+    x, kernel, strides, dils, geo = _fold_covering(
+        cx, x, kernel, strides, dils, geo, "avg", include
+    )
+    if _all_unit(x, kernel, geo):
+        return [x]
     overhang = any(g[2] for g in geo)
     common = {"kernel": tuple(kernel), "stride": tuple(strides)}
     if not include and _native_ok(nd, kernel, dils, geo):
@@ -249,17 +331,22 @@ def _avg_pool(cx, node, ins, at):
 
 def _window_sum(cx, x, kernel, strides, dils, geo, power):
     """Running fp16 sum of the windows of ``x`` (or of ``|x|**power``), zero padded."""
-    if power == 2:
-        x = cx.op("square", x)
-    elif power == 1:
-        x = cx.op("abs", x)
-    elif power is not None:
-        x = cx.op("pow", cx.op("abs", x), float(power))
+    if power is not None:
+        x = _power(cx, x, power)
     parts = _window_slices(cx, _padded(cx, x, geo, 0.0), kernel, strides, dils, geo)
     y = parts[0]
     for p in parts[1:]:
         y = cx.op("add", y, p)
     return y
+
+
+def _power(cx, x, p):
+    """``|x| ** p`` (``x * x`` for p = 2)."""
+    if p == 2:
+        return cx.op("square", x)
+    if p == 1:
+        return cx.op("abs", x)
+    return cx.op("pow", cx.op("abs", x), float(p))
 
 
 def _root(cx, y, p):
@@ -274,7 +361,14 @@ def _root(cx, y, p):
 def _lp_pool(cx, node, ins, at):
     x, nd, kernel, strides, dils, geo = _pool_setup(cx, node, ins, at)
     p = at.get("p", 2)
-    return [_root(cx, _window_sum(cx, x, kernel, strides, dils, geo, p), p)]
+    if _covering(x.shape[2:], kernel, dils, geo):
+        x = _power(cx, x, p)
+        x, kernel, strides, dils, geo = _fold_covering(cx, x, kernel, strides, dils, geo, "sum")
+        p_left = None
+    else:
+        p_left = p
+    y = x if _all_unit(x, kernel, geo) else _window_sum(cx, x, kernel, strides, dils, geo, p_left)
+    return [_root(cx, y, p)]
 
 
 def _spatial_axes(cx, ins):

@@ -47,6 +47,11 @@ class Host:
     label: str = ""
     recipe: tuple | None = None
 
+    def __repr__(self) -> str:  # shallow: a recipe chain may be thousands of links deep
+        arr = np.asarray(self.value)
+        how = ", recipe" if self.recipe is not None else ""
+        return f"Host({self.label!r}, shape={arr.shape}, dtype={arr.dtype}{how})"
+
 
 class Broken:
     """Stands for the outputs of a node that failed, so later nodes are skipped."""
@@ -71,11 +76,12 @@ def attrs(onnx, node) -> dict:
 class Cx:
     """What an op handler sees: the importer's value helpers and the opset."""
 
-    def __init__(self, importer, node, opset: int, env=None):
+    def __init__(self, importer, node, opset: int, env=None, fold: bool = True):
         self.importer = importer
         self.node = node
         self.opset = opset
         self.env = env if env is not None else {}  # the enclosing scope (subgraphs)
+        self.fold = fold  # False: a node of constants past the folding budget
 
     def attrs(self, node) -> dict:
         """A node's attributes as Python values."""
@@ -129,9 +135,12 @@ class Cx:
         return isinstance(value, Host) or (isinstance(value, Tensor) and value.op == "weight")
 
     def op(self, name: str, *srcs, **attrs) -> Tensor:
-        """Build an aneforge node; one whose sources are all weights folds in fp16."""
+        """Build an aneforge node; one whose sources are all weights folds in fp16
+        (unless this node is past the folding budget: then it runs on the engine)."""
         srcs = [self.t(s) if not isinstance(s, (int, float)) else s for s in srcs]
         node = make(name, *srcs, **attrs)
+        if not self.fold:
+            return node
         folded = fold_constant(node)  # a node of weights folds in fp16
         return node if folded is None else folded
 

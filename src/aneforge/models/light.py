@@ -25,7 +25,8 @@ scale/bias layers near 1 and 0): the largest intermediate of the nine models is 
 measures what the engine's arithmetic does to a real-sized network.
 
 ``run_light_model`` imports a model with ``aneforge.io.onnx_import.from_onnx`` (after
-``onnx.version_converter`` lifts it from opset 9 to 13, the importer's floor), compiles
+``onnx.version_converter`` lifts it from opset 9 to 13, the importer's floor, through
+:func:`aneforge.io.onnx_upgrade.upgrade_opset`, as ``from_onnx`` would), compiles
 it, preflights and estimates it on one target per capability family (family 1 has no
 MIL path, so nothing compiles there), runs it on the emulator with a seeded input, and
 compares every output with the float64 reference executor and with onnxruntime in
@@ -52,6 +53,7 @@ from ..compiler.preflight import preflight
 from ..cost.estimate import estimate
 from ..errors import AneforgeError, OptionError
 from ..io.onnx_import import from_onnx
+from ..io.onnx_upgrade import upgrade_opset
 from ..metrics import compare
 from ..reference import reference
 from ..targets import resolve_target
@@ -258,16 +260,14 @@ def prepare_model(name, weights: str = "stub", seed: int = 0, expose_logits: boo
     Returns ``(model, info)`` with ``info`` the original opset and the exposed names.
     """
     import onnx
-    from onnx import version_converter
 
     if weights not in ("stub", "seeded"):
         raise OptionError(f"light models: weights must be 'stub' or 'seeded', got {weights!r}")
     model = onnx.load(str(_path(name)))
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
     info = {"opset": opset, "ops": dict(Counter(n.op_type for n in model.graph.node))}
-    if opset < IMPORT_OPSET:
-        model = version_converter.convert_version(model, IMPORT_OPSET)
-        model.ir_version = max(model.ir_version, 7)  # opset 13's IR; the converter keeps 3
+    if opset < IMPORT_OPSET:  # the importer's own upgrade (it would do the same at import)
+        model = upgrade_opset(onnx, model, opset, IMPORT_OPSET)
     if weights == "seeded":
         model = seed_weights(model, seed)
     last = model.graph.node[-1] if model.graph.node else None

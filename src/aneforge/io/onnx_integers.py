@@ -1,0 +1,278 @@
+"""Integer graph inputs of ONNX models (token ids, attention masks), for
+:mod:`.onnx_import`.
+
+An integer ONNX graph input that is not bound with ``constants=`` becomes an integer
+aneforge input (:func:`aneforge.input` with ``dtype=``), which the engine's I/O takes as
+int8, uint8, int16 or uint16. While the graph is converted it is carried as an
+:class:`IntView` (the input, seen in some shape), and only these nodes may read it:
+
+- ``Gather(table, ids)`` on axis 0 of a float table (a constant or a tensor): the
+  ``embedding`` op, the rows of the table at the run-time ids;
+- ``Cast`` / ``CastLike`` to a float type: ``int_to_fp16`` (exact for ``|v| <= 2048``,
+  rounded to 11 significant bits beyond); to bool: ``int_to_fp16 != 0`` (exact); to
+  int32 / int64: the same values;
+- ``Identity``, ``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze``: the same values
+  in a new shape (the conversion runs on the input and its fp16 result is reshaped);
+- ``Shape`` and ``Size``: constants (shapes are static), so position ids from
+  ``Range`` and masks derived from shapes fold at import.
+
+Any other node reading one (``Add``, ``Equal``, ``CumSum``... integer arithmetic on
+run-time data) is refused naming the input, the node and what it needs; such inputs
+are listed in ``UnsupportedModelError.bind_inputs`` (``constants=`` folds them).
+
+**Engine type.** Each input is declared with the narrowest engine type its uses allow:
+embedding ids with a table of ``R`` rows lie in ``[0, R)`` (uint8 up to 256 rows, else
+uint16; more than 65536 rows is refused), and the input's range is declared as such; a
+value read only through a cast takes its ``input_ranges=`` range when given, else int16
+(uint16 for an unsigned ONNX type), whose bounds a program then enforces. The graph's
+``warnings`` say which type each input got and why.
+
+Example:
+    >>> IntView.__name__, CONVERTS
+    ('IntView', ('Cast', 'CastLike'))
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..graph.tensor import INTEGER_DTYPES, Tensor, input
+from .onnx_errors import NotExpressible
+from .onnx_graph import node_label
+from .onnx_ops import reshape
+from .onnx_values import Host, host_eval
+
+__all__ = ["CONVERTS", "IntInput", "IntView", "choose_dtype", "integer_node"]
+
+#: The nodes that convert an integer input's values (the others move or measure it).
+CONVERTS = ("Cast", "CastLike")
+_VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+#: Movements that would reorder, repeat or drop values (refused on integer inputs).
+_MOVES = ("Transpose", "Slice", "Concat", "Expand", "Tile", "Split", "Pad", "GatherElements",
+          "GatherND", "Compress", "ReverseSequence", "DepthToSpace", "SpaceToDepth")  # fmt: skip
+_FLOAT = (1, 10, 11, 16)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+_BOOL = 9
+_SAME_VALUES = (6, 7)  # INT32, INT64: hold every engine integer
+#: ONNX integer element types and the values each holds.
+ONNX_INT_BOUNDS = {
+    2: (0, 2**8 - 1),  # UINT8
+    3: (-(2**7), 2**7 - 1),  # INT8
+    4: (0, 2**16 - 1),  # UINT16
+    5: (-(2**15), 2**15 - 1),  # INT16
+    6: (-(2**31), 2**31 - 1),  # INT32
+    7: (-(2**63), 2**63 - 1),  # INT64
+    12: (0, 2**32 - 1),  # UINT32
+    13: (0, 2**64 - 1),  # UINT64
+}
+#: The engine types, narrowest first.
+_ORDER = ("uint8", "int8", "uint16", "int16")
+
+
+@dataclass(eq=False)
+class IntInput:
+    """One integer graph input during import.
+
+    Attributes:
+        name, shape: the ONNX input's name and (static) shape.
+        elem, elem_name: its ONNX element type and that type's name.
+        tensor: the provisional aneforge input the graph is built on; the importer
+            replaces it by the input of the chosen type at the end.
+        tables: ``(node label, rows)`` of each embedding Gather reading it.
+        casts: the labels of the nodes converting its values.
+        converted: its ``int_to_fp16`` node, shared by every conversion.
+        reader: what the notes call a node reading ids (``"Gather"``; PyTorch import
+            says ``"lookup"``).
+    """
+
+    name: str
+    shape: tuple
+    elem: int
+    elem_name: str
+    tensor: Tensor
+    tables: list = field(default_factory=list)
+    casts: list = field(default_factory=list)
+    converted: Tensor | None = None
+    reader: str = "Gather"
+
+    @classmethod
+    def declare(cls, name, shape, elem, elem_name, reader="Gather") -> IntInput:
+        """A new integer input, provisionally uint16 (``elem``: its ONNX element type)."""
+        kind = elem_name.replace("TensorProto.", "").lower()
+        t = input(shape, name=name, dtype="uint16")
+        return cls(name, tuple(shape), elem, kind, t, reader=reader)
+
+
+@dataclass(eq=False)
+class IntView:
+    """An integer input's values in some shape (row-major order kept)."""
+
+    source: IntInput
+    shape: tuple
+
+    def __repr__(self) -> str:
+        return f"IntView({self.source.name!r}, shape={self.shape})"
+
+
+def _refuse(cx, view: IntView, node, needs: str):
+    name = view.source.name
+    cx.importer.bind_hints.add(name)
+    raise NotExpressible(
+        f"input '{name}' ({view.source.elem_name}) is a run-time integer input, which the "
+        "engine takes only as the ids of an embedding Gather (rows of a float table, "
+        f"axis 0) or through a Cast to float; this {node.op_type} needs {needs} on "
+        f"run-time data: bind it with constants={{'{name}': ...}} to fold it at import"
+    )
+
+
+def integer_node(cx, node, ins, at) -> list:
+    """Convert ``node``, which reads an integer input (an :class:`IntView` among ``ins``),
+    or refuse it with the reason (:class:`~.onnx_errors.NotExpressible`)."""
+    op = node.op_type
+    view = next(v for v in ins if isinstance(v, IntView))
+    first = ins[0] if isinstance(ins[0], IntView) else None
+    if first is not None and op in CONVERTS:
+        return [_convert(cx, node, first, _target_type(cx, node, ins, at))]
+    params = all(isinstance(v, Host) for v in ins[1:] if v is not None)
+    if first is not None and params:
+        if op == "Identity":
+            return [first]
+        if op == "Shape":
+            dims = list(first.shape)[slice(at.get("start", 0), at.get("end", None))]
+            return [Host(np.array(dims, dtype=np.int64), label=node.output[0])]
+        if op == "Size":
+            return [Host(np.array(math.prod(first.shape), dtype=np.int64), label=node.output[0])]
+        if op in _VIEWS:
+            probe = np.zeros(first.shape, dtype=np.int64)
+            arrays = [probe] + [None if v is None else v.value for v in ins[1:]]
+            out = host_eval(node, arrays, cx.opset)[0]
+            return [IntView(first.source, tuple(out.shape))]
+    if op == "Gather" and first is None and isinstance(ins[1], IntView):
+        return [_embedding(cx, node, ins[0], ins[1], at)]
+    if first is None and op != "Gather":
+        return _refuse(cx, view, node, "its values as a parameter (shape, axes, indices...)")
+    if op in _MOVES or op == "Gather":
+        return _refuse(cx, view, node, "the integer values moved (only Reshape, Flatten, "
+                       "Squeeze and Unsqueeze keep them in order)")  # fmt: skip
+    return _refuse(cx, view, node, "integer arithmetic")
+
+
+def _target_type(cx, node, ins, at) -> int:
+    if node.op_type == "Cast":
+        return int(at["to"])
+    target = ins[1]
+    if isinstance(target, Host):
+        dtype = np.asarray(target.value).dtype
+        return int(cx.importer.onnx.helper.np_dtype_to_tensor_dtype(dtype))
+    if isinstance(target, IntView):
+        return target.source.elem
+    return int(cx.type_of(node.input[1]) or _FLOAT[0])  # a graph tensor: a float
+
+
+def _convert(cx, node, view: IntView, to: int):
+    src = view.source
+    if to in _SAME_VALUES or to == src.elem:
+        return view  # every engine integer fits: the same values
+    if to not in _FLOAT and to != _BOOL:
+        return _refuse(cx, view, node, f"a cast to element type {to}, which wraps values")
+    src.casts.append(node_label(node))
+    if src.converted is None:
+        src.converted = cx.op("int_to_fp16", src.tensor)
+    out = reshape(cx, src.converted, view.shape)
+    return cx.op("not_equal", out, 0.0) if to == _BOOL else out
+
+
+def _embedding(cx, node, data, ids: IntView, at):
+    if isinstance(data, Host) and np.asarray(data.value).dtype.kind not in "f":
+        return _refuse(cx, ids, node, "a gather of integer constants (integer results)")
+    table = cx.t(data)
+    axis = int(at.get("axis", 0))
+    if table.ndim == 0 or axis not in (0, -table.ndim):
+        return _refuse(cx, ids, node, f"a gather along axis {axis} (an embedding reads axis 0)")
+    ids.source.tables.append((node_label(node), table.shape[0]))
+    rows = cx.op("embedding", table, ids.source.tensor)
+    return reshape(cx, rows, ids.shape + table.shape[1:])
+
+
+def choose_dtype(src: IntInput, declared=None) -> tuple[str, tuple | None, str]:
+    """``(engine type, declared range or None, note)`` of integer input ``src`` from its
+    uses and ``declared`` (its ``input_ranges=`` entry); a use the engine's types cannot
+    hold raises :class:`~.onnx_errors.NotExpressible` with the reason.
+
+    Example:
+        >>> src = IntInput.declare("ids", (1, 4), 7, "INT64")
+        >>> src.tables.append(("emb", 1000))
+        >>> choose_dtype(src)[:2]
+        ('uint16', (0, 999))
+    """
+    where = f"input '{src.name}' ({src.elem_name})"
+    lo, hi = ONNX_INT_BOUNDS.get(src.elem, (-(2**63), 2**63 - 1))
+    if declared is not None:
+        dlo, dhi = _whole_pair(declared, f"input_ranges['{src.name}']")
+        if dlo < lo or dhi > hi:
+            raise NotExpressible(f"{where}: declared range ({dlo}, {dhi}) is outside its type")
+        lo, hi = dlo, dhi
+    uses = []
+    if src.tables:
+        rows = min(r for _, r in src.tables)
+        labels = ", ".join(f"'{n}'" for n, _ in src.tables[:3])
+        if rows - 1 > INTEGER_DTYPES["uint16"][1]:
+            raise NotExpressible(
+                f"{where}: the embedding table of {src.reader} {labels} has {rows} rows, so "
+                "its ids reach beyond uint16 (65535), the widest integer the engine's inputs hold"
+            )
+        if declared is not None and (lo < 0 or hi > rows - 1):
+            raise NotExpressible(
+                f"{where}: declared range ({lo}, {hi}) is not within the {rows} rows "
+                f"[0, {rows - 1}] of the table of {src.reader} {labels}"
+            )
+        lo, hi = max(lo, 0), min(hi, rows - 1)
+        uses.append(f"the ids of embedding {src.reader} {labels} ({rows} rows: ids 0..{rows - 1})")
+    if src.casts:
+        labels = ", ".join(f"'{n}'" for n in src.casts[:3])
+        uses.append(f"converted to fp16 by {labels} (exact for |v| <= 2048)")
+    fits = [d for d in _ORDER if INTEGER_DTYPES[d][0] <= lo and hi <= INTEGER_DTYPES[d][1]]
+    if fits:
+        dtype, given = fits[0], (lo, hi) if (declared is not None or src.tables) else None
+        if given == INTEGER_DTYPES[dtype]:
+            given = None
+        how = ", ".join(uses) or "read for its shape only"
+        return dtype, given, f"{where} is {_an(dtype)} input on the engine: {how}"
+    if declared is not None:
+        raise NotExpressible(
+            f"{where}: declared range ({lo}, {hi}) does not fit the engine's integer "
+            "inputs (int8, uint8, int16, uint16)"
+        )
+    dtype = "uint16" if lo >= 0 else "int16"
+    blo, bhi = INTEGER_DTYPES[dtype]
+    how = ", ".join(uses) or "read for its shape only"
+    note = (
+        f"{where} is {_an(dtype)} input on the engine: {how}; values outside [{blo}, {bhi}] "
+        f"are refused when the program runs (declare input_ranges={{'{src.name}': (lo, hi)}}"
+        " for a narrower type)"
+    )
+    return dtype, None, note
+
+
+def _an(dtype: str) -> str:
+    """``'an int16'``, ``'a uint8'``."""
+    return f"an {dtype}" if dtype.startswith("int") else f"a {dtype}"
+
+
+def _whole_pair(value, where: str) -> tuple[int, int]:
+    """``(lo, hi)`` of whole numbers from a pair or a max |value|."""
+    try:
+        pair = (-value, value) if np.ndim(value) == 0 else tuple(value)
+        ok = len(pair) == 2 and all(
+            not isinstance(v, (bool, np.bool_)) and float(v).is_integer() for v in pair
+        )
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok or int(pair[0]) > int(pair[1]):
+        raise NotExpressible(
+            f"{where} = {value!r}: an integer input's range is (lo, hi) of whole numbers "
+            "with lo <= hi"
+        )
+    return int(pair[0]), int(pair[1])
