@@ -3,8 +3,9 @@
 Contract (src/aneforge/io/torch_import.py): torch.export + core ATen decompositions, walked
 into aneforge ops; forward argument names name the inputs, module paths the nodes, dict
 keys the outputs; parameters become fp16 weights (saturated with one warning); integer
-inputs are refused for now; every unsupported op is listed in one error with its source
-line; a saved .pt2 program is read without unpickling anything.
+inputs (token ids, masks) become the engine's integer inputs, read only by embeddings and
+casts; every unsupported op is listed in one error with its source line; a saved .pt2
+program is read without unpickling anything.
 
 Yardsticks: torch itself in float32 (on inputs already representable in fp16), and the
 ONNX import of the same module exported by torch.onnx (same ops, same output bits for
@@ -31,6 +32,7 @@ from aneforge.graph.walk import topological_order
 from aneforge.io import (
     ConstantSaturationWarning,
     TorchImportError,
+    TorchImportWarning,
     UnsupportedModelError,
     from_onnx,
     from_torch,
@@ -440,17 +442,173 @@ def test_one_error_lists_every_unsupported_op_with_counts_and_source_lines():
     assert "divisor_override" in err.problems[0] and where["avg_pool2d"] in err.problems[0]
 
 
-def test_integer_inputs_are_refused_naming_the_input_and_the_issue():
-    class Ids(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed = nn.Embedding(10, 4)
+# ---- integer inputs (token ids, attention masks) -------------------------------------------
 
-        def forward(self, input_ids):
-            return self.embed(input_ids)
 
-    with pytest.raises(NotImplementedError, match=r"'input_ids'.*issue 17 point 2"):
-        from_torch(Ids(), (torch.tensor([[1, 2, 3]]),))
+class Tokens(nn.Module):
+    """Ids through views into two embeddings (nn.Embedding and ``table[ids]``), a
+    position embedding at constant ids, and a 0/1 mask cast to float and to bool."""
+
+    def __init__(self, rows=300):
+        super().__init__()
+        self.embed = nn.Embedding(rows, 8)
+        self.table = nn.Parameter(f16(rows, 8, seed=1))
+        self.pos = nn.Embedding(6, 8)
+        self.register_buffer("positions", torch.arange(6))
+
+    def forward(self, input_ids, attention_mask):
+        flat = input_ids.reshape(-1).unsqueeze(0).flatten()  # views of the ids
+        x = self.embed(flat).view(2, 6, 8) + self.table[input_ids] + self.pos(self.positions)
+        keep = attention_mask.unsqueeze(-1).float()
+        scores = x.masked_fill(~attention_mask.bool().unsqueeze(-1), -1e4).softmax(1)
+        return (x * keep).sum(1) + scores.sum(-1, keepdim=True).mean(1)
+
+
+def _tokens(seed=0, rows=300):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, rows, (2, 6), generator=g)
+    ids[0, 0], ids[1, 1] = 0, rows - 1  # the first and the last row
+    mask = torch.ones(2, 6, dtype=torch.int64)
+    mask[1, 4:] = 0  # padding, read at run time
+    return ids, mask
+
+
+def test_token_ids_feed_embeddings_and_a_mask_cast_matches_torch_float32():
+    torch.manual_seed(0)
+    net = Tokens().eval()
+    with torch.no_grad():
+        net.embed.weight.copy_(f16(300, 8, seed=2))
+        net.pos.weight.copy_(f16(6, 8, seed=3))
+    ids, mask = _tokens()
+    with pytest.warns(TorchImportWarning, match="'input_ids' .* uint16 input on the engine"):
+        graph = from_torch(net, (ids, mask))
+    ins = dict(zip(graph.input_names, graph.inputs))
+    assert (ins["input_ids"].dtype, ins["input_ids"].attrs["range"]) == ("uint16", (0, 299))
+    assert ins["attention_mask"].dtype == "int16"  # only cast: the widest signed type
+    assert "embedding" in {n.op for n in topological_order(graph.outputs)}
+    prog = graph.compile()
+    for ids, mask in (_tokens(), _tokens(seed=1)):  # the int64 arrays as they are
+        assert close(prog(ids.numpy(), mask.numpy()), torch_out(net, (ids, mask))[0])
+    narrow = from_torch(net, (ids, mask), input_ranges={"attention_mask": (0, 1)})
+    mask_in = narrow.inputs[1]
+    assert (mask_in.dtype, mask_in.attrs["range"]) == ("uint8", (0, 1))
+    small = from_torch(Tokens(rows=256).eval(), _tokens(rows=256))
+    assert small.inputs[0].dtype == "uint8" and "range" not in small.inputs[0].attrs
+
+
+class Lookups(nn.Module):
+    """index_select and table[ids] through a permute of a size-1 dim, an int32 mask cast
+    to float16, and a shape read."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(f16(50, 4))
+
+    def forward(self, ids, mask):
+        a = torch.index_select(self.table, 0, ids.view(-1)).view(2, 3, 4)
+        b = self.table[ids.unsqueeze(0).permute(1, 0, 2).squeeze(1)]
+        return (a + b) * mask.to(torch.float16).unsqueeze(-1).float() + ids.size(1)
+
+
+def test_lookups_and_casts_of_a_saved_program_match_torch_float32(tmp_path):
+    ids = torch.tensor([[0, 7, 49], [3, 3, 12]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.int32)
+    net = Lookups()
+    path = tmp_path / "lookups.pt2"
+    program = torch.export.export(net, (ids, mask))
+    torch.export.save(program, str(path))
+    want = torch_out(net, (ids, mask))[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TorchImportWarning)  # the type notes
+        graphs = [from_torch(program), load_torch_file(path)]
+    for graph in graphs:
+        assert [(t.dtype, t.attrs.get("range")) for t in graph.inputs] == [
+            ("uint8", (0, 49)), ("int16", None)]  # fmt: skip
+        assert close(graph.compile()(ids.numpy(), mask.numpy()), want)
+
+
+class IntegerMath(nn.Module):
+    def forward(self, ids):
+        a = (ids + 1).float()
+        b = ids.cumsum(-1).float()
+        c = (ids == 0).float()
+        d = ids.flip(-1).float()
+        e = ids.to(torch.int8).float()
+        f = ids.expand(2, 3).float()  # repeats the values (an exact expand is a view)
+        return a + b + c + d + e + f, ids
+
+
+def test_integer_arithmetic_on_run_time_ids_is_refused_naming_input_op_and_line():
+    with pytest.raises(UnsupportedModelError) as info:
+        from_torch(IntegerMath(), (torch.tensor([[1, 2, 3]]),))
+    lines, first = inspect.getsourcelines(IntegerMath.forward)
+    expect = {"add.Tensor": "+ 1", "cumsum.default": ".cumsum(", "eq.Scalar": "== 0",
+              "flip.default": ".flip(", "_to_copy.default": "int8",
+              "expand.default": ".expand("}  # fmt: skip
+    problems = info.value.problems
+    assert len(problems) == len(expect) + 1  # and the integer output
+    for op, text in expect.items():
+        line = next(first + i for i, t in enumerate(lines) if text in t)
+        hit = [p for p in problems if p.startswith(f"aten.{op} ")]
+        assert len(hit) == 1 and f"{__file__}:{line}" in hit[0], (op, problems)
+        assert "input 'ids' (int64) is a run-time integer input" in hit[0]
+        assert "cast it to float in forward first" in hit[0]
+    assert all("moved" in p for p in problems if p.startswith(("aten.flip", "aten.expand")))
+    assert any("wraps" in p for p in problems if p.startswith("aten._to_copy"))
+    assert any(p.startswith("output 'output_1'") and "returns no integer" in p for p in problems)
+
+
+def test_a_table_past_uint16_and_an_unsupported_integer_dtype_are_refused():
+    with pytest.raises(UnsupportedModelError, match="70000 rows, so its ids reach beyond uint16"):
+        from_torch(nn.Embedding(70000, 1), (torch.tensor([[1, 2]]),))
+    with pytest.raises(TorchImportError, match="input 'x' has dtype torch.uint32"):
+        from_torch(_Float(), (torch.ones(2, dtype=torch.uint32),))
+
+
+class _Float(nn.Module):
+    def forward(self, x):
+        return x.float()
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    """(zoo model, its from_torch graph, that graph's program, the ONNX path's input
+    dtypes), built once per family."""
+    hf_zoo = pytest.importorskip("aneforge.testing.hf_zoo")
+    pytest.importorskip("transformers")
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            model = hf_zoo.build(name)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                onnx_graph = from_onnx(model.onnx_bytes())
+                graph = from_torch(model.module, tuple(model.torch_inputs()))
+            onnx_types = dict(zip(onnx_graph.input_names, (t.dtype for t in onnx_graph.inputs)))
+            cache[name] = (model, graph, graph.compile(), onnx_types)
+        return cache[name]
+
+    return get
+
+
+def _cosine(x, y) -> float:
+    x, y = np.asarray(x, np.float64).ravel(), np.asarray(y, np.float64).ravel()
+    return float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_zoo_language_models_import_with_the_onnx_paths_names_and_types(zoo, name):
+    model, graph, prog, onnx_types = zoo(name)
+    assert graph.input_names == list(model.inputs) == list(onnx_types)
+    assert {n: t.dtype for n, t in zip(graph.input_names, graph.inputs)} == onnx_types
+    assert onnx_types == {"input_ids": "uint8", "attention_mask": "int16"}
+    assert _cosine(prog(*model.inputs.values()), model.reference()) >= MIN_COSINE
+    padded = dict(model.inputs, attention_mask=model.inputs["attention_mask"].copy())
+    padded["attention_mask"][:, -5:] = 0  # read at run time, not folded
+    ref = type(model)(model.name, model.module, padded).reference()
+    assert _cosine(prog(*padded.values()), ref) >= MIN_COSINE
+    assert _cosine(ref, model.reference()) < 0.999  # the padding changes the output
 
 
 def test_bool_inputs_are_fed_as_zero_and_one():
@@ -495,7 +653,7 @@ def test_bad_modules_and_arguments_raise_import_errors():
         from_torch(nn.ReLU())
     with pytest.raises(TorchImportError, match="torch.nn.Module or ExportedProgram"):
         from_torch(lambda x: x, (f16(2),))
-    with pytest.raises(TorchImportError, match="input_ranges= names no float input"):
+    with pytest.raises(TorchImportError, match="input_ranges= names no input"):
         from_torch(nn.ReLU(), (f16(2),), input_ranges={"nope": 1.0})
 
 

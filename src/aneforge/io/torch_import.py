@@ -10,11 +10,21 @@ call (``pip install 'aneforge[torch]'``, which pins the CPU build).
 
 How values are handled (the contract the tests check):
 
-- User inputs become fp16 inputs named like the forward's arguments, in its order; bool
-  inputs hold 0/1. Integer inputs (token ids) are refused with ``NotImplementedError``
-  for now (issue 17 point 2 designs them). Every dim is static: dims exported as
-  dynamic take the example inputs' sizes (for a loaded program, the sizes torch
-  recorded as hints, or ``shapes=``).
+- User inputs become inputs named like the forward's arguments, in its order: float
+  ones fp16, bool ones fp16 0/1. Every dim is static: dims exported as dynamic take the
+  example inputs' sizes (for a loaded program, the sizes torch recorded as hints, or
+  ``shapes=``).
+- Integer inputs (int64 / int32 / int16 / int8 / uint8: token ids, attention masks)
+  become the engine's integer inputs, as in ONNX import: only embeddings (``embedding``,
+  ``table[ids]``, ``index_select`` on axis 0 of a float table) and casts to float
+  (``int_to_fp16``) or bool (``int_to_fp16 != 0``) may read them, through views that
+  keep their order; their shapes are constants (:mod:`.torch_table`). Each gets the
+  narrowest engine type its uses allow (:func:`~.onnx_integers.choose_dtype`): ids of a
+  table of ``R`` rows are uint8 up to 256 rows, else uint16, with the range
+  ``(0, R - 1)`` declared; a value only cast is int16 unless ``input_ranges=`` narrows
+  it; ``graph.warnings`` say which type each got. Integer arithmetic, comparisons,
+  reorders or indexing by them at run time are refused, each naming the input, the op
+  and its source line.
 - Parameters, buffers and lifted constants are host constants named by their module
   path (``layer1.0.conv1.weight``); used as data they become fp16 weights, and finite
   values past the fp16 range saturate to +-65504 with one
@@ -50,6 +60,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import warnings
@@ -63,13 +74,24 @@ from ..graph.fp16 import FP16_MAX
 from ..graph.tensor import MAX_RANK, Tensor, creation_mark, input
 from ..limits import check_elements
 from .onnx_errors import ConstantSaturationWarning, NotExpressible, UnsupportedModelError
+from .onnx_fold import Partition
 from .onnx_graph import NodeNames, apply_names
 from .onnx_import import OnnxGraph, _given_shape, _Importer
+from .onnx_integers import IntInput, IntView, choose_dtype
 from .onnx_load import one_line
 from .onnx_values import BROKEN, Broken, Host, Unsupported
 from .torch_errors import TORCH_PIN, TorchImportError, TorchImportWarning
 from .torch_load import read_exported_program
-from .torch_table import ATEN, HighRank, TorchCx, Unavailable, dtype_kind
+from .torch_table import (
+    ATEN,
+    INT_ELEMS,
+    HighRank,
+    TorchCx,
+    Unavailable,
+    dtype_kind,
+    integer_call,
+    integer_input,
+)
 
 __all__ = ["TorchImportError", "TorchImportWarning", "from_torch", "load_torch_file"]
 
@@ -90,13 +112,22 @@ def from_torch(module, example_inputs=None, dynamic_shapes=None, *, input_ranges
         dynamic_shapes: passed to ``torch.export.export``. The imported graph is still
             static: dynamic dims take the example inputs' sizes.
         input_ranges: ``{input_name: (lo, hi) or max_abs}``, the values each input will
-            be fed, declared as ``af.input(..., range=...)`` does.
+            be fed, declared as ``af.input(..., range=...)`` does; an integer input's
+            range (whole numbers) also picks its engine type.
 
     Returns:
         An :class:`~aneforge.io.OnnxGraph`. Raises :class:`TorchImportError` when torch is
-        missing or cannot export the module, ``NotImplementedError`` for integer inputs,
-        and one :class:`~aneforge.io.UnsupportedModelError` listing every op that cannot
-        be expressed.
+        missing or cannot export the module, and one
+        :class:`~aneforge.io.UnsupportedModelError` listing every op that cannot be
+        expressed (integer arithmetic on integer inputs included).
+
+    Example (token ids into an embedding: a uint8 input, 10 rows):
+        >>> import torch, warnings
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")  # the note saying which type 'input' got
+        ...     graph = from_torch(torch.nn.Embedding(10, 4), (torch.tensor([[3, 1, 4]]),))
+        >>> graph.inputs[0].dtype, graph.inputs[0].attrs["range"], graph.outputs[0].shape
+        ('uint8', (0, 9), (1, 3, 4))
     """
     torch = _torch("from_torch")
     if isinstance(module, torch.export.ExportedProgram):
@@ -110,13 +141,15 @@ def from_torch(module, example_inputs=None, dynamic_shapes=None, *, input_ranges
                 "forward argument) to fix its input shapes"
             )
         examples = _examples(torch, example_inputs)
-        ep = _export(torch, module, examples, dynamic_shapes, name)
+        with _torch_quiet():
+            ep = _export(torch, module, examples, dynamic_shapes, name)
     else:
         raise TorchImportError(
             f"from_torch: expected a torch.nn.Module or ExportedProgram, got "
             f"{type(module).__name__}"
         )
-    ep = _decompose(ep, name, "from_torch")
+    with _torch_quiet():
+        ep = _decompose(ep, name, "from_torch")
     leaves = None if examples is None else torch.utils._pytree.tree_leaves((examples, {}))
     return _Walker(torch, ep, name, "from_torch", leaves, {}, input_ranges).run()
 
@@ -140,10 +173,21 @@ def load_torch_file(path, shapes=None, input_ranges=None):
         ('tanh', (2, 3), 'tanh')
     """
     torch = _torch("load_torch_file")
-    ep = read_exported_program(torch, path)
     name = Path(os.fsdecode(os.fspath(path))).stem
-    ep = _decompose(ep, name, "load_torch_file")
+    with _torch_quiet():
+        ep = _decompose(read_exported_program(torch, path), name, "load_torch_file")
     return _Walker(torch, ep, name, "load_torch_file", None, dict(shapes or {}), input_ranges).run()
+
+
+@contextlib.contextmanager
+def _torch_quiet():
+    """Keep the deprecation notices torch and its helpers (typing_extensions) raise while
+    exporting, loading or decomposing a program out of the user's warnings: they are
+    about torch's internals, not the model."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
 
 
 def _torch(caller: str):
@@ -227,6 +271,8 @@ class _Walker:
         self.skipped = 0
         self.tainted: set[str] = set()
         self.names = NodeNames()
+        self.int_inputs: list[IntInput] = []
+        self.partition = Partition()
 
     # ---- what the handler context calls -------------------------------------------------
     def t(self, value) -> Tensor:
@@ -239,6 +285,11 @@ class _Walker:
                 cached = (value, _Importer._materialize(self, value))
                 self.weights[id(value)] = cached
             return cached[1]
+        if isinstance(value, IntView):
+            raise NotExpressible(
+                f"input '{value.source.name}' is a run-time integer input; the engine "
+                "returns no integer values (cast it to float in forward to return it)"
+            )
         raise NotExpressible(f"expected a tensor, got {type(value).__name__}")
 
     def note(self, msg: str) -> None:
@@ -260,17 +311,19 @@ class _Walker:
                 env[node.name] = Unavailable(f"submodule '{node.target}'")
         self._name_nodes(records)
         outputs, out_names = self._outputs(out_node, env)
+        final = self._integer_types()
         self._raise_if_unsupported()
         for msg in self.notes:
             warnings.warn(msg, TorchImportWarning, stacklevel=3)
         self._warn_saturated()
         return OnnxGraph(
-            inputs,
-            apply_names(outputs, self.names),
+            [final.get(id(t), t) for t in inputs],
+            apply_names(outputs, self.names, final),
             names,
             out_names,
             list(self.notes),
             name=self.name,
+            partition=self.partition,
         )
 
     def _inputs(self, env):
@@ -291,8 +344,8 @@ class _Walker:
                 example = examples[users.index(node)] if examples else None
                 value = self._user_input(node, example)
                 env[node.name] = value
-                if isinstance(value, Tensor):
-                    inputs.append(value)
+                if isinstance(value, (Tensor, IntView)):
+                    inputs.append(value.source.tensor if isinstance(value, IntView) else value)
                     names.append(node.name)
             elif kind == "TOKEN":
                 env[node.name] = None
@@ -302,8 +355,7 @@ class _Walker:
         unknown = sorted(set(self.ranges) - set(names))
         if unknown:
             raise TorchImportError(
-                f"{self.caller}: input_ranges= names no float input: {unknown}; the inputs "
-                f"are {names}"
+                f"{self.caller}: input_ranges= names no input: {unknown}; the inputs are {names}"
             )
         unknown = sorted(set(self.shapes) - set(names))
         if unknown:
@@ -328,20 +380,33 @@ class _Walker:
         if not isinstance(val, self.torch.Tensor):  # a number export specialized
             return example if example is not None else val
         kind = dtype_kind(val.dtype)
-        if kind == "i":
-            raise NotImplementedError(
-                f"{self.caller}: input '{node.name}' is {val.dtype} (token ids?): integer graph "
-                "inputs are not imported yet; they are designed in issue 17 point 2 (ids "
-                "within uint16 feeding an embedding gather). Feed float inputs (such as the "
-                "embeddings) for now"
-            )
-        if kind not in "fb":
+        if kind not in "fb" and str(val.dtype) not in INT_ELEMS:
             raise TorchImportError(
                 f"{self.caller}: input '{node.name}' has dtype {val.dtype}; the engine takes "
-                "float inputs (and bool as 0/1)"
+                "float inputs (bool as 0/1) and integer ones of int8, uint8, int16, int32 or "
+                "int64 (token ids, masks); convert it in the caller"
             )
         shape = self._input_shape(node.name, val, example)
+        if kind == "i":  # its engine type is chosen from its uses (_integer_types)
+            view = integer_input(node.name, shape, val.dtype)
+            self.int_inputs.append(view.source)
+            return view
         return input(shape, name=node.name, range=self.ranges.get(node.name))
+
+    def _integer_types(self) -> dict[int, Tensor]:
+        """{id(provisional input): the input of its engine type} of every integer input,
+        each choice noted (a use no engine type holds becomes a problem)."""
+        final = {}
+        for src in self.int_inputs:
+            try:
+                dtype, given, note = choose_dtype(src, self.ranges.get(src.name))
+            except NotExpressible as err:
+                self.problems.append(str(err))
+                continue
+            self.note(f"{self.caller}: {note}")
+            final[id(src.tensor)] = input(src.shape, name=src.name, dtype=dtype, range=given)
+            self.partition.integer_inputs[src.name] = dtype
+        return final
 
     def _input_shape(self, name, val, example) -> tuple:
         if name in self.shapes:
@@ -392,11 +457,14 @@ class _Walker:
         seeded = self.torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
         if seeded or key.startswith("torch.ops.higher_order") or "higher_order" in key:
             raise Unsupported(key)
-        if not on_device and self._foldable(node, entry, args, kwargs):
+        if _contains(args, IntView) or _contains(kwargs, IntView):  # its own rules
+            value = integer_call(TorchCx(self, node, key), args, kwargs)
+        elif not on_device and self._foldable(node, entry, args, kwargs):
             return self._host_eval(node, key, entry, args, kwargs)
-        if entry is None:
+        elif entry is None:
             raise Unsupported(key)
-        value = entry.fn(TorchCx(self, node, key), *args, **kwargs)
+        else:
+            value = entry.fn(TorchCx(self, node, key), *args, **kwargs)
         _check_shape(node, key, value)
         return value
 

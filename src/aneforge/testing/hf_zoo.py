@@ -4,7 +4,8 @@ Each entry builds a ``transformers`` model from a small config (a few layers, na
 widths, small images or short sequences), re-draws its weights so activations keep an
 O(1) scale through the network (the libraries' own init, N(0, 0.02), makes a CNN's
 output vanish below fp16's range in a few layers), and wraps it so the forward takes
-the graph inputs positionally and returns one tensor. The zoo test
+the graph inputs as arguments of the same names (in order; ``torch.export`` then names
+its inputs like the ONNX graph's) and returns one tensor. The zoo test
 (``tests/models/test_hf_zoo.py``) and ``bench/models.py --zoo`` use the same set.
 
 Families (:data:`FAMILIES`): ``resnet``, ``mobilenet_v2``, ``efficientnet``,
@@ -55,8 +56,8 @@ class ZooModel:
     Attributes:
         name: the family name.
         module: a ``torch.nn.Module`` in eval mode whose forward takes the inputs in
-            order and returns one float tensor (the last hidden state or the pooled
-            output).
+            order, as arguments named like them, and returns one float tensor (the last
+            hidden state or the pooled output).
         inputs: the example inputs by graph-input name, as NumPy arrays (float32 images
             and features, int64 token ids).
     """
@@ -78,11 +79,12 @@ class ZooModel:
 
     def onnx_bytes(self, opset: int = 17) -> bytes:
         """The model exported by ``torch.onnx.export`` (TorchScript exporter), named
-        inputs, one output ``output``."""
+        inputs, one output ``output``. The module exported is a copy: tracing leaves
+        state in some models (Swin) that a later ``torch.export`` trips on."""
         torch = _torch()
         buf = io.BytesIO()
         torch.onnx.export(
-            self.module,
+            copy.deepcopy(self.module),
             self.torch_inputs(),
             buf,
             input_names=list(self.inputs),
@@ -260,29 +262,46 @@ def _redraw(torch, model, seed: int) -> None:
                     module.bias.copy_(torch.randn(module.bias.shape, generator=gen) * 0.1)
 
 
-def _output_class():
+def _output_class(names: tuple):
+    """The wrapper class whose ``forward`` takes the arguments ``names`` (the model's
+    input names, so that ``torch.export`` names its inputs like the ONNX graph's)."""
     torch = _torch()
 
     class Output(torch.nn.Module):
-        """forward(*inputs) -> the pooled output or the last hidden state."""
+        """forward(**inputs) -> the pooled output or the last hidden state."""
 
-        def __init__(self, model, names: list, pooled: bool):
+        def __init__(self, model, pooled: bool):
             super().__init__()
             self.model = model
-            self.names = names
             self.pooled = pooled
 
-        def forward(self, *inputs):
-            out = self.model(**dict(zip(self.names, inputs)))
+        def run(self, **inputs):
+            out = self.model(**inputs)
             if self.pooled and getattr(out, "pooler_output", None) is not None:
                 return out.pooler_output
             return out.last_hidden_state
 
-    return Output
+    class Images(Output):
+        def forward(self, pixel_values):
+            return self.run(pixel_values=pixel_values)
+
+    class Tokens(Output):
+        def forward(self, input_ids, attention_mask):
+            return self.run(input_ids=input_ids, attention_mask=attention_mask)
+
+    class Features(Output):
+        def forward(self, input_features):
+            return self.run(input_features=input_features)
+
+    classes = {("pixel_values",): Images, ("input_ids", "attention_mask"): Tokens,
+               ("input_features",): Features}  # fmt: skip
+    if names not in classes:  # pragma: no cover - a new family needs its wrapper here
+        raise OptionError(f"hf_zoo: no wrapper takes the inputs {list(names)}")
+    return classes[names]
 
 
 def _Output(model, names, pooled):  # noqa: N802 - builds the nn.Module subclass lazily
-    return _output_class()(model, names, pooled)
+    return _output_class(tuple(names))(model, pooled)
 
 
 def _torch():
