@@ -57,6 +57,9 @@ PLOTS = ["", "/proc/x.png", "img.png", "x.unknownext", "afile/x.png", "nodir/x.p
 MAX_ERRORS = ["0", "-1", "nan", "inf", "-inf", "abc", "", "1e999"]
 LAYERS = ["0", "-3", "1.5", "abc", "", "1e3"]
 RANGES = ["abc", "x=", "=1:2", "1:", ":1", "nan:1", "2:1", "x=1:inf", "x=1", "1:2:3"]
+SHAPES = ["x", "x=", "=1x2", "x=1x0", "x=-1", "x=1.5", "x=axb", "x=1x2,3", "image=1x3x8x8"]
+INPUTS = ["x", "=a.npy", "x=", "x=missing.npy", "x=fifo.onnx", "x=zero.onnx", "x=afile",
+          "x=x.onnx", "x=broken.onnx", "x=img.png"]  # fmt: skip
 MODELS = ["x.onnx", "fifo.onnx", "zero.onnx", "missing.onnx", "broken.onnx", "nosuch", "",
           "afile", "keep.mlpackage"]  # fmt: skip
 
@@ -69,12 +72,15 @@ CHECK_MISTAKES = (
     + [b for v in MAX_ERRORS for b in _opt("--max-error", v, ("--max-error",))]
     + [b for v in LAYERS for b in _opt("--layers", v, ("--layers",))]
     + [b for v in RANGES for b in _opt("--input-range", v, ("--input-range",))]
+    + [b for v in SHAPES for b in _opt("--shape", v, ("--shape",))]
+    + [b for v in INPUTS for b in _opt("--input", v, ("--input",))]
     + [Bad((w,), ("unrecognized", "argument", "expected")) for w in
        ("--bogus", "-x", "--targets=M1", "--json=1", "--seed", "--export", "--plot")]
 )  # fmt: skip
 EXPORT_MISTAKES = (
     [b for v in TARGETS + ["M1,M4"] for b in _opt("--target", v, ("--target", "target"))]
     + [b for v in EXPORTS for b in _opt("-o", v, ("-o",))]
+    + [b for v in SHAPES for b in _opt("--shape", v, ("--shape",))]
     + [b for v in FOREIGN for b in _opt("-o", v, ("-o",), force_proof=False)]
     + [Bad((w,), ("unrecognized", "argument", "expected")) for w in
        ("--bogus", "--json", "-o", "--seed=1")]

@@ -42,6 +42,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "io",
         "models",
         "report plot",
+        "cli_models",
         "cli",
         "testing",
         "<root>",

@@ -1,12 +1,13 @@
 """The ``aneforge`` command.
 
 ``aneforge check [MODEL]`` compiles a model, runs it on the fp16 emulator with seeded
-inputs, runs the float64 reference and reports the error per output and the estimated
-latency; ``--target A,B`` does the same for each chip, with its numerics. With no MODEL
-it checks the bundled examples (a small CNN and a small transformer block). ``--layers N``
-lists each target's N slowest layers and ``--plot PATH`` draws their roofline
-(:mod:`aneforge.plot`). docs/cli.md describes the options, the output and every JSON
-field.
+inputs (or ``--input NAME=FILE.npy``'s arrays; ``--shape NAME=1x3x224x224`` fixes an
+ONNX input's dynamic dims), runs the float64 reference and reports the error per output
+and the estimated latency; ``--target A,B`` does the same for each chip, with its
+numerics. With no MODEL it checks the bundled examples (a small CNN and a small
+transformer block). ``--layers N`` lists each target's N slowest layers and ``--plot
+PATH`` draws their roofline (:mod:`aneforge.plot`). docs/cli.md describes the options,
+the output and every JSON field.
 
 Exit codes: 0 ok; 1 a check failed (an output is inf/nan, or beyond ``--max-error``) or
 an internal error (with a traceback); 2 a user error (one line, no traceback: a bad
@@ -28,20 +29,18 @@ import contextlib
 import json
 import math
 import os
-import stat
 import sys
 import tempfile
 import warnings
 from pathlib import Path
 
 from ._version import __version__
+from .cli_models import input_files, load_models, match_inputs, shapes_option
 from .driver import compile as compile_graph
 from .errors import AneforgeError, DispatchFloorWarning, OptionError
-from .graph.nn import EXAMPLES
 from .graph.ranges import check_range
 from .io.coreml_export import export_coreml
 from .io.coreml_package import check_package_path
-from .io.onnx_import import from_onnx
 from .kernel.calibration import append_rows, read_log
 from .kernel.envelope import check_margin, check_output_path, fit_envelope, save_envelopes
 from .kernel.stream import bandwidth_rows
@@ -99,12 +98,13 @@ def _parser() -> argparse.ArgumentParser:
         help="compile a model, emulate it in fp16 and compare with float64",
         description="Compile MODEL, run it on the fp16 emulator with seeded inputs and "
         "report its error against the float64 reference, and its estimated latency. "
-        "MODEL is an .onnx file or a bundled example name (cnn, transformer); without "
-        "MODEL every bundled example is checked. Exit status: 0 ok, 1 an output is "
-        "inf/nan or exceeds --max-error (or an internal error), 2 a user error.",
+        "MODEL is an .onnx file, a torch.export .pt2 file or a bundled example name "
+        "(cnn, transformer); without MODEL every bundled example is checked. Exit "
+        "status: 0 ok, 1 an output is inf/nan or exceeds --max-error (or an internal "
+        "error), 2 a user error.",
     )
     check.add_argument(
-        "model", nargs="?", help="an .onnx file or a bundled example name (default: all)"
+        "model", nargs="?", help="an .onnx or .pt2 file or a bundled example name (default: all)"
     )
     check.add_argument(
         "--export",
@@ -152,13 +152,18 @@ def _parser() -> argparse.ArgumentParser:
         "sets every input. Inputs are then drawn inside it, and the static range "
         "analysis prints where the model can overflow or underflow fp16, per target",
     )
+    check.add_argument("--shape", **SHAPE_OPTION)
+    check.add_argument("--input", metavar="NAME=FILE.npy", action="append", default=[],
+                       help="feed input NAME the array in FILE.npy (repeatable; NumPy's .npy, "
+                       "no pickles) instead of seeded random values; its shape must be the "
+                       "input's")  # fmt: skip
     export = sub.add_parser(
         "export",
         help="write a model as a Core ML .mlpackage (fp16 ML Program)",
-        description="Compile MODEL (an .onnx file or a bundled example) and write it as "
+        description="Compile MODEL (an .onnx or .pt2 file or a bundled example) and write it as "
         "an fp16 Core ML ML Program package.",
     )
-    export.add_argument("model", help="an .onnx file or a bundled example name")
+    export.add_argument("model", help="an .onnx or .pt2 file or a bundled example name")
     export.add_argument(
         "-o",
         "--output",
@@ -167,6 +172,7 @@ def _parser() -> argparse.ArgumentParser:
         "it, unless --force",
     )
     export.add_argument("--target", help="target chip (sets the OS floor)")
+    export.add_argument("--shape", **SHAPE_OPTION)
     export.add_argument("--force", action="store_true", help=FORCE_HELP)
     fit = sub.add_parser(
         "fit-envelope",
@@ -197,52 +203,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+SHAPE_OPTION = {"metavar": "NAME=D1xD2x...", "action": "append", "default": [],
+                "help": "fix the shape of an .onnx or .pt2 model's input NAME, e.g. "
+                "x=1x3x224x224 (repeatable; needed for inputs with dynamic dims)"}  # fmt: skip
 FORCE_HELP = (
     "replace whatever exists at the export path (a file, a folder and all it holds, a "
     "package another tool wrote); without it such a path is refused"
 )
-
-
-def load_models(spec: str | None) -> list[tuple[str, list, list, list | None]]:
-    """(name, inputs, outputs, output names) of the bundled examples, one of them, or an
-    ONNX file (whose output names are the graph's)."""
-
-    if spec is None:
-        names = list(EXAMPLES)
-    elif spec in EXAMPLES:
-        names = [spec]
-    elif spec.endswith(".onnx"):
-        path = Path(spec)
-        _check_model_file(path)
-        graph = from_onnx(path)  # OnnxImportError names the extra when onnx is missing
-        return [(path.name, list(graph.inputs), list(graph.outputs), list(graph.output_names))]
-    else:
-        raise OptionError(
-            f"unknown model '{spec}': give an .onnx file or a bundled example "
-            f"({', '.join(EXAMPLES)})"
-        )
-    models = []
-    for name in names:
-        x, y = EXAMPLES[name]()
-        models.append((name, [x], [y], None))
-    return models
-
-
-def _check_model_file(path: Path) -> None:
-    """OptionError unless ``path`` names a regular file (links followed): said before
-    any work; the ONNX importer reads it, size-capped (:mod:`aneforge.limits`)."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise OptionError(f"model {str(path)!r}: no such file") from None
-    except OSError as err:
-        raise OptionError(f"model {str(path)!r}: cannot read it ({err.strerror})") from None
-    if stat.S_ISDIR(mode):
-        raise OptionError(f"model {str(path)!r} is a folder, not a model file; give the "
-                          ".onnx file's path")  # fmt: skip
-    if not stat.S_ISREG(mode):
-        raise OptionError(f"model {str(path)!r} is not a regular file (a FIFO, socket or "
-                          "device); give the .onnx file's path")  # fmt: skip
 
 
 def check_model(name: str, builder, seed: int = 0, targets=()) -> dict:
@@ -527,17 +494,21 @@ def _check(args) -> int:
     export = None
     if args.export is not None:  # '' included: an empty path is an error, not "no export"
         export = check_package_path(args.export, args.force, "--export")
-    models = load_models(args.model)
+    shapes, given = shapes_option(args.shape), input_files(args.input)
+    models = load_models(args.model, shapes)
     if export is not None and len(models) > 1:
         raise OptionError(f"--export writes one package: name one model to export "
                           f"({', '.join(m[0] for m in models)} were asked for)")  # fmt: skip
+    if given and len(models) > 1:
+        raise OptionError("--input feeds one model's inputs: name the model")
+    data = match_inputs(given, models[0][1]) if given else None
     reports = []
     with _progress(enabled=not args.json) as advance:
         for name, inputs, outputs, out_names in models:
             rep = check_report(
                 name, inputs, outputs, seed=args.seed, targets=targets,
                 progress=lambda stage, name=name: advance(f"{name}: {stage}"),
-                output_names=out_names, input_ranges=ranges,
+                output_names=out_names, input_ranges=ranges, input_data=data,
             )  # fmt: skip
             if export is not None:
                 advance(f"{name}: export")
@@ -560,10 +531,13 @@ def _check(args) -> int:
             "ok": not failures,
             "failures": failures,
             "plot": None if plot is None else str(plot),
+            "input_files": {name: path for name, (path, _) in given.items()},
             "reports": reports,
         }
         print(json.dumps(json_safe(doc), indent=2, allow_nan=False))
     else:
+        for name, (path, array) in given.items():
+            print(f"input {name}: {path} ({'x'.join(map(str, array.shape))} {array.dtype})")
         _print_tables(reports, layers)
         if plot is not None:
             print(f"wrote {plot}: per target a roofline and the {layers or PLOT_TOP} "
@@ -586,9 +560,9 @@ def _export(outputs, path, target, output_names=None, force=False) -> dict:
 def _export_command(args) -> int:
     target = (targets_option(args.target, many=False) or [None])[0]
     path = check_package_path(args.output, args.force, "-o")
-    models = load_models(args.model)
+    models = load_models(args.model, shapes_option(args.shape))
     if len(models) != 1:
-        raise OptionError("export: name one model (an .onnx file or a bundled example)")
+        raise OptionError("export: name one model (an .onnx or .pt2 file or a bundled example)")
     name, _, outputs, out_names = models[0]
     record = _export(outputs, path, target, out_names, args.force)
     print(f"wrote {record['path']} ({name})")
