@@ -310,3 +310,35 @@ def test_a_file_that_is_not_a_saved_program_is_a_user_error(capsys, tmp_path):
     bogus.write_bytes(b"not a zip archive")
     err = user_error(capsys, "check", str(bogus))
     assert "model.pt2" in err
+
+
+# ---- what runs where -------------------------------------------------------------------
+
+
+def test_check_reports_what_runs_where_and_the_integer_inputs_types(capsys, tmp_path):
+    """Token ids into an embedding table of 5 rows: a uint8 input, its Gather on the
+    engine; the table's Mul by 2 folds at import."""
+    nodes = [
+        helper.make_node("Mul", ["table", "two"], ["scaled"]),
+        helper.make_node("Gather", ["scaled", "ids"], ["y"], axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 2])],
+        initializer=[
+            numpy_helper.from_array(np.arange(10, dtype=np.float32).reshape(5, 2), "table"),
+            numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+        ],
+    )
+    path = str(tmp_path / "ids.onnx")
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    doc = run_json(capsys, path)
+    assert doc["ok"]
+    lines = doc["reports"][0]["partition"]
+    assert lines[0] == "ONNX nodes: 2; folded at import: 1 (0 integer); engine ops: 1, weights: 1"
+    assert "integer input 'ids': uint8 on the engine" in lines
+    assert main(["check", path]) == 0
+    assert "import: integer input 'ids': uint8 on the engine" in capsys.readouterr().out
+    assert run_json(capsys, "cnn")["reports"][0]["partition"] == []

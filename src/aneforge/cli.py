@@ -259,6 +259,8 @@ def _print_tables(reports: list[CheckReport], layers: int | None = None) -> None
                 "(|x| > 65504) somewhere in the graph; see af.precision_risk and rescale "
                 "the weights or inputs",
             )
+        for line in rep.get("partition") or ():
+            _line(console, f"import: {line}")
         wheres = [("generic", rep.get("where"))]
         wheres += [(short_label(t), t.get("where")) for t in rep["targets"]]
         for run, where in wheres:
@@ -498,18 +500,19 @@ def _check(args) -> int:
     models = load_models(args.model, shapes)
     if export is not None and len(models) > 1:
         raise OptionError(f"--export writes one package: name one model to export "
-                          f"({', '.join(m[0] for m in models)} were asked for)")  # fmt: skip
+                          f"({', '.join(m.name for m in models)} were asked for)")  # fmt: skip
     if given and len(models) > 1:
         raise OptionError("--input feeds one model's inputs: name the model")
-    data = match_inputs(given, models[0][1]) if given else None
+    data = match_inputs(given, models[0].inputs) if given else None
     reports = []
     with _progress(enabled=not args.json) as advance:
-        for name, inputs, outputs, out_names in models:
+        for name, inputs, outputs, out_names, partition in models:
             rep = check_report(
                 name, inputs, outputs, seed=args.seed, targets=targets,
                 progress=lambda stage, name=name: advance(f"{name}: {stage}"),
                 output_names=out_names, input_ranges=ranges, input_data=data,
             )  # fmt: skip
+            rep["partition"] = partition
             if export is not None:
                 advance(f"{name}: export")
                 target = targets[0] if targets else None
@@ -563,7 +566,7 @@ def _export_command(args) -> int:
     models = load_models(args.model, shapes_option(args.shape))
     if len(models) != 1:
         raise OptionError("export: name one model (an .onnx or .pt2 file or a bundled example)")
-    name, _, outputs, out_names = models[0]
+    name, _, outputs, out_names, _ = models[0]
     record = _export(outputs, path, target, out_names, args.force)
     print(f"wrote {record['path']} ({name})")
     return 0

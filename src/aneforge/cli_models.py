@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -29,14 +30,31 @@ from .io.torch_import import load_torch_file
 MODEL_SUFFIXES = (".onnx", ".pt2")
 
 
-def load_models(spec: str | None, shapes=None) -> list[tuple[str, list, list, list | None]]:
-    """(name, inputs, outputs, output names) of the bundled examples, one of them, an
-    ONNX file or a ``torch.export``ed program file (``.pt2``; both name their outputs),
-    its inputs fixed to ``shapes`` (``{name: dims}``, :func:`shapes_option`; model files
-    only).
+class LoadedModel(NamedTuple):
+    """A model the command checks or exports.
+
+    Attributes:
+        name: the example's name or the file's.
+        inputs, outputs: its graph's input and output tensors.
+        output_names: the file's output names (None for the bundled examples).
+        partition: what ran where at import (``OnnxGraph.partition.lines()``: folded on
+            the host, on the engine, the integer inputs' types); empty for examples.
+    """
+
+    name: str
+    inputs: list
+    outputs: list
+    output_names: list | None
+    partition: list
+
+
+def load_models(spec: str | None, shapes=None) -> list[LoadedModel]:
+    """The bundled examples, one of them, an ONNX file or a ``torch.export``ed program
+    file (``.pt2``; both name their outputs), its inputs fixed to ``shapes`` (``{name:
+    dims}``, :func:`shapes_option`; model files only).
 
     Example:
-        >>> [(name, len(ins)) for name, ins, _, _ in load_models("cnn")]
+        >>> [(m.name, len(m.inputs)) for m in load_models("cnn")]
         [('cnn', 1)]
     """
     if shapes and not (spec or "").endswith(MODEL_SUFFIXES):
@@ -69,17 +87,23 @@ def load_models(spec: str | None, shapes=None) -> list[tuple[str, list, list, li
     models = []
     for name in names:
         x, y = EXAMPLES[name]()
-        models.append((name, [x], [y], None))
+        models.append(LoadedModel(name, [x], [y], None, []))
     return models
 
 
-def _model_entry(path: Path, graph, shapes) -> tuple[str, list, list, list]:
+def _model_entry(path: Path, graph, shapes) -> LoadedModel:
     """The :func:`load_models` entry of an imported model file (``--shape`` names checked)."""
     unknown = [n for n in shapes or {} if n not in graph.input_names]
     if unknown:
         raise OptionError(f"--shape names no input of {path.name}: {unknown}; its inputs "
                           f"are {graph.input_names}")  # fmt: skip
-    return (path.name, list(graph.inputs), list(graph.outputs), list(graph.output_names))
+    return LoadedModel(
+        path.name,
+        list(graph.inputs),
+        list(graph.outputs),
+        list(graph.output_names),
+        graph.partition.lines(),
+    )
 
 
 def _check_model_file(path: Path) -> None:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..graph.walk import topological_order
 from .onnx_errors import OnnxImportError
 
 __all__ = [
@@ -221,8 +222,9 @@ class Partition:
     engine computes (``OnnxGraph.partition``).
 
     Attributes:
-        onnx_nodes: ONNX nodes converted (the nodes of expanded functions and of
-            inlined or unrolled subgraphs included).
+        onnx_nodes: the model's nodes converted (ONNX: those of expanded functions and
+            of inlined or unrolled subgraphs included; torch.export: the ATen calls).
+        source: what those nodes are, ``'ONNX'`` or ``'ATen'``.
         folded: of them, the nodes evaluated at import (their values are constants).
         folded_integer: of those, integer and bool nodes (shapes, masks, positions),
             which always fold.
@@ -239,6 +241,7 @@ class Partition:
     """
 
     onnx_nodes: int = 0
+    source: str = "ONNX"
     folded: int = 0
     folded_integer: int = 0
     folded_work: int = 0
@@ -248,10 +251,16 @@ class Partition:
     engine_ops: int = 0
     weights: int = 0
 
+    def count_program(self, outputs) -> None:
+        """Record the engine ops and weights of the imported graph's ``outputs``."""
+        nodes = topological_order(list(outputs))
+        self.engine_ops = sum(n.op not in ("input", "weight") for n in nodes)
+        self.weights = sum(n.op == "weight" for n in nodes)
+
     def lines(self) -> list[str]:
         """The partition as report lines (what ``aneforge check`` shows)."""
         out = [
-            f"ONNX nodes: {self.onnx_nodes}; folded at import: {self.folded} "
+            f"{self.source} nodes: {self.onnx_nodes}; folded at import: {self.folded} "
             f"({self.folded_integer} integer); engine ops: {self.engine_ops}, weights: "
             f"{self.weights}"
         ]

@@ -77,7 +77,6 @@ from ..driver import compile as _compile
 from ..errors import AneforgeError, SizeLimitError
 from ..graph.fp16 import FP16_MAX
 from ..graph.tensor import Tensor, creation_mark, input, weight
-from ..graph.walk import topological_order
 from ..limits import check_elements
 from .onnx_errors import (
     ConstantSaturationWarning,
@@ -429,9 +428,7 @@ class _Importer(FunctionExpansion):
         )
 
     def _count_engine(self, outputs) -> None:
-        nodes = topological_order(list(outputs))
-        self.partition.engine_ops = sum(n.op not in ("input", "weight") for n in nodes)
-        self.partition.weights = sum(n.op == "weight" for n in nodes)
+        self.partition.count_program(outputs)
         self.partition.budget = self.budget.budget
         self.partition.folded_work = self.budget.spent
 

@@ -316,9 +316,14 @@ class _Walker:
         for msg in self.notes:
             warnings.warn(msg, TorchImportWarning, stacklevel=3)
         self._warn_saturated()
+        outputs = apply_names(outputs, self.names, final)
+        part = self.partition
+        part.source, part.onnx_nodes = "ATen", len(records)
+        part.folded = sum(isinstance(value, Host) for _, value, _ in records)
+        part.count_program(outputs)
         return OnnxGraph(
             [final.get(id(t), t) for t in inputs],
-            apply_names(outputs, self.names, final),
+            outputs,
             names,
             out_names,
             list(self.notes),
