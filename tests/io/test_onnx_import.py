@@ -537,3 +537,40 @@ def test_importing_twice_builds_the_same_graph():
     m = small_cnn(rng)
     a, b = from_onnx(m), from_onnx(m)
     assert structural_hash(a.outputs) == structural_hash(b.outputs)
+
+
+def test_shape_inference_skips_the_bytes_of_large_weights_with_the_same_result():
+    """inference_skeleton keeps small (shape) tensors whole and large weights as headers:
+    ONNX infers the same shapes and types as on the full model."""
+    import onnx
+
+    from aneforge.io.onnx_load import inference_skeleton
+
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Reshape", ["h", "shape"], ["r"]),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 300])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 100])],
+        initializer=[
+            onnx.numpy_helper.from_array(rng.standard_normal((300, 200)).astype(np.float32), "w"),
+            onnx.numpy_helper.from_array(np.array([4, 100], np.int64), "shape"),
+        ],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    skeleton = inference_skeleton(onnx, m)
+    assert skeleton.ByteSize() < 2000 < 240_000 < m.ByteSize()
+    full = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    fast = onnx.shape_inference.infer_shapes(skeleton, strict_mode=True)
+    assert fast.graph.value_info == full.graph.value_info
+    assert fast.graph.output == full.graph.output
+    x = rng.standard_normal((2, 300)).astype(np.float16)
+    got = from_onnx(m).compile()(x)
+    want = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x.astype(np.float32)})[0]
+    assert got.shape == (4, 100)
+    np.testing.assert_allclose(got, want, rtol=0.02, atol=0.1)

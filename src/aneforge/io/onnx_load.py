@@ -50,6 +50,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -346,7 +347,7 @@ def _check(onnx, proto, serialized, path, original=None):
             onnx.checker.check_model(serialized)
             try:
                 return onnx.shape_inference.infer_shapes(
-                    serialized, check_type=True, strict_mode=True
+                    inference_skeleton(onnx, proto), check_type=True, strict_mode=True
                 )
             except onnx.shape_inference.InferenceError:
                 return _inferred_with_defaults(onnx, proto)
@@ -368,6 +369,46 @@ def _check(onnx, proto, serialized, path, original=None):
             f"from_onnx: onnx.checker refuses the model: {reason}; fix the model or the "
             "exporter that wrote it"
         ) from None
+
+
+#: Initializers of more elements go into shape inference as headers only.
+_HEADER_ONLY_ELEMENTS = 1 << 14
+
+
+def inference_skeleton(onnx, proto):
+    """``proto`` for shape inference: each large initializer of the main graph as its
+    header only (name, type, dims), marked as external data, which inference never
+    reads. Shapes depend on the values of small integer tensors only (Reshape's shape,
+    Slice's starts...), which stay whole, so the shapes and types inferred are the full
+    model's; a 500 MB model then serializes for inference in milliseconds instead of
+    seconds (the structural check has already read every byte)."""
+    big = [math.prod(t.dims) > _HEADER_ONLY_ELEMENTS for t in proto.graph.initializer]
+    if not any(big):
+        return proto
+    skeleton = onnx.ModelProto()
+    _copy_fields(proto, skeleton, skip="graph")
+    _copy_fields(proto.graph, skeleton.graph, skip="initializer")
+    for t, header_only in zip(proto.graph.initializer, big):
+        if not header_only:
+            skeleton.graph.initializer.append(t)
+            continue
+        header = skeleton.graph.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)
+        header.data_location = onnx.TensorProto.EXTERNAL
+        header.external_data.add(key="location", value="header-only")
+    return skeleton
+
+
+def _copy_fields(source, target, skip: str) -> None:
+    """Every set field of protobuf message ``source`` but ``skip`` into ``target``."""
+    for fd, value in source.ListFields():
+        if fd.name == skip:
+            continue
+        if hasattr(value, "CopyFrom"):
+            getattr(target, fd.name).CopyFrom(value)
+        elif hasattr(value, "extend") and not isinstance(value, (str, bytes)):
+            getattr(target, fd.name).extend(value)
+        else:
+            setattr(target, fd.name, value)
 
 
 def _refuse_upgraded(onnx, original, reason: str) -> None:

@@ -53,6 +53,7 @@ from ..compiler.preflight import preflight
 from ..cost.estimate import estimate
 from ..errors import AneforgeError, OptionError
 from ..io.onnx_import import from_onnx
+from ..io.onnx_load import inference_skeleton
 from ..io.onnx_upgrade import upgrade_opset
 from ..metrics import compare
 from ..reference import reference
@@ -279,9 +280,16 @@ def prepare_model(name, weights: str = "stub", seed: int = 0, expose_logits: boo
                 onnx.helper.make_tensor_value_info(last.input[0], onnx.TensorProto.FLOAT, None)
             )
             info["logits"] = last.input[0]
-    model = onnx.shape_inference.infer_shapes(model)
-    onnx.checker.check_model(model)
-    return model, info
+            _infer_output_types(onnx, model)
+    return model, info  # checked in full by from_onnx (and by onnxruntime) when imported
+
+
+def _infer_output_types(onnx, model) -> None:
+    """Fill in the types of ``model``'s outputs from ONNX shape inference (run on the
+    model without its weights' bytes: :func:`~aneforge.io.onnx_load.inference_skeleton`)."""
+    inferred = onnx.shape_inference.infer_shapes(inference_skeleton(onnx, model))
+    for out, known in zip(model.graph.output, inferred.graph.output):
+        out.type.CopyFrom(known.type)
 
 
 def model_inputs(
