@@ -225,13 +225,16 @@ def bench_minilm(batch=5):
 def bench_zoo(repeats, names=None) -> list[dict]:
     """The Hugging Face zoo (``aneforge.testing.hf_zoo``): per family, import from ONNX,
     cosine of the emulation against the float64 model, emulation time against
-    onnxruntime float32 on the same fp16-valued inputs, and whether the Core ML export
-    succeeds."""
+    onnxruntime float32 on the same fp16-valued inputs, the range analysis' hazards
+    (inputs declared within their max |value|), whether the Core ML export succeeds,
+    and the same model through ``from_torch``: its ops, its cosine and whether its
+    output has the ONNX path's bits."""
     import tempfile
 
     import onnxruntime as ort
 
-    from aneforge.io import from_onnx
+    from aneforge import range_analysis
+    from aneforge.io import from_onnx, from_torch
     from aneforge.io.coreml_export import export_coreml
     from aneforge.testing import hf_zoo
 
@@ -267,18 +270,34 @@ def bench_zoo(repeats, names=None) -> list[dict]:
                 coreml = "ok"
             except Exception as exc:  # the table reports it
                 coreml = type(exc).__name__
-        cos = float(out.ravel() @ ref.ravel() / (np.linalg.norm(out) * np.linalg.norm(ref)))
-        row.update(ops=len(prog.nodes), cosine=cos, ratio=emu_s / ort_s, coreml=coreml)
+            ranges = {k: float(np.abs(a).max()) for k, a in zip(model.inputs, args)
+                      if a.dtype.kind == "f"}  # fmt: skip
+            hazards = len(range_analysis(prog, input_ranges=ranges).hazards)
+            torch_prog = from_torch(model.module, model.torch_inputs()).compile()
+            torch_out = np.asarray(torch_prog(*args), np.float64)
+        row.update(ops=len(prog.nodes), cosine=_cosine(out, ref), ratio=emu_s / ort_s,
+                   coreml=coreml, hazards=hazards, torch_ops=len(torch_prog.nodes),
+                   torch_cosine=_cosine(torch_out, ref),
+                   same_bits=bool(np.array_equal(torch_out, out)))  # fmt: skip
         rows.append(row)
     print("\nHugging Face zoo (small random-weight configs, exported by torch to ONNX opset 17):")
-    print(f"  {'model':<16}{'ops':>5}  {'cosine':>9}  {'emu/ORT':>8}  coreml")
+    print(f"  {'model':<16}{'ops':>5}  {'cosine':>9}  {'hazards':>7}  {'emu/ORT':>8}  coreml  "
+          f"{'torch ops':>9}  {'cosine':>9}  same bits")  # fmt: skip
     for r in rows:
         if "error" in r:
             print(f"  {r['name']:<16}import failed: {r['error']}")
             continue
-        cells = f"{r['ops']:>5}  {r['cosine']:>9.6f}  {r['ratio']:>7.1f}x"
-        print(f"  {r['name']:<16}{cells}  {r['coreml']}")
+        cells = f"{r['ops']:>5}  {r['cosine']:>9.6f}  {r['hazards']:>7}  {r['ratio']:>7.1f}x"
+        torch = (
+            f"{r['torch_ops']:>9}  {r['torch_cosine']:>9.6f}  {'yes' if r['same_bits'] else 'no'}"
+        )
+        print(f"  {r['name']:<16}{cells}  {r['coreml']:<6}  {torch}")
     return rows
+
+
+def _cosine(x, y) -> float:
+    x, y = np.asarray(x, np.float64).ravel(), np.asarray(y, np.float64).ravel()
+    return float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
 
 
 def main(argv=None) -> int:
