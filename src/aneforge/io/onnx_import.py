@@ -88,7 +88,7 @@ from .onnx_errors import (
 from .onnx_fold import FoldBudget, LeftNode, Partition, fold_work, resolve_budget
 from .onnx_functions import FunctionExpansion
 from .onnx_graph import NodeNames, apply_names, node_label, topological
-from .onnx_integers import ONNX_INT_BOUNDS, IntInput, IntView, choose_dtype, integer_node
+from .onnx_integers import ONNX_INT_BOUNDS, IntInput, IntView, integer_node, typed_inputs
 from .onnx_load import DEFAULT_DOMAINS, MIN_OPSET, load_model, one_line
 from .onnx_sizes import GROWING_OPS, check_node_outputs
 from .onnx_table import EXACT_ON_HOST, HANDLERS, UNSUPPORTED_REASONS
@@ -402,17 +402,11 @@ class _Importer(FunctionExpansion):
     def _integer_types(self) -> dict[int, Tensor]:
         """{id(provisional input): the input of its engine type} of every integer input,
         each choice noted (a use no engine type holds becomes a problem)."""
-        final = {}
-        for src in self.int_inputs:
-            try:
-                dtype, given, note = choose_dtype(src, self.ranges.get(src.name))
-            except NotExpressible as err:
-                self.problems.append(str(err))
-                continue
-            self.note(f"from_onnx: {note}")
-            t = input(src.shape, name=src.name, dtype=dtype, range=given)
-            final[id(src.tensor)] = t
-            self.partition.integer_inputs[src.name] = dtype
+        final, notes, problems, types = typed_inputs(self.int_inputs, self.ranges, "from_onnx")
+        for msg in notes:
+            self.note(msg)
+        self.problems += problems
+        self.partition.integer_inputs.update(types)
         return final
 
     def _note_left(self) -> None:

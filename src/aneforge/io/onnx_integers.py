@@ -45,7 +45,7 @@ from .onnx_graph import node_label
 from .onnx_ops import reshape
 from .onnx_values import Host, host_eval
 
-__all__ = ["CONVERTS", "IntInput", "IntView", "choose_dtype", "integer_node"]
+__all__ = ["CONVERTS", "IntInput", "IntView", "choose_dtype", "integer_node", "typed_inputs"]
 
 #: The nodes that convert an integer input's values (the others move or measure it).
 CONVERTS = ("Cast", "CastLike")
@@ -276,3 +276,29 @@ def _whole_pair(value, where: str) -> tuple[int, int]:
             "with lo <= hi"
         )
     return int(pair[0]), int(pair[1])
+
+
+def typed_inputs(sources, ranges: dict, caller: str):
+    """The integer inputs ``sources`` (:class:`IntInput`) declared with their engine
+    types (:func:`choose_dtype`, ``ranges`` the importer's ``input_ranges``):
+    ``(final, notes, problems, types)``, with ``final`` mapping ``id(provisional
+    tensor)`` to the typed input, one note per choice (prefixed by ``caller``), the
+    reasons of the inputs no engine type holds, and ``{name: dtype}``.
+
+    Example:
+        >>> src = IntInput.declare("ids", (1, 4), 7, "int64")
+        >>> final, notes, problems, types = typed_inputs([src], {}, "from_onnx")
+        >>> types, problems
+        ({'ids': 'int16'}, [])
+    """
+    final, notes, problems, types = {}, [], [], {}
+    for src in sources:
+        try:
+            dtype, given, note = choose_dtype(src, ranges.get(src.name))
+        except NotExpressible as err:
+            problems.append(str(err))
+            continue
+        notes.append(f"{caller}: {note}")
+        final[id(src.tensor)] = input(src.shape, name=src.name, dtype=dtype, range=given)
+        types[src.name] = dtype
+    return final, notes, problems, types

@@ -77,7 +77,7 @@ from .onnx_errors import ConstantSaturationWarning, NotExpressible, UnsupportedM
 from .onnx_fold import Partition
 from .onnx_graph import NodeNames, apply_names
 from .onnx_import import OnnxGraph, _given_shape, _Importer
-from .onnx_integers import IntInput, IntView, choose_dtype
+from .onnx_integers import IntInput, IntView, typed_inputs
 from .onnx_load import one_line
 from .onnx_values import BROKEN, Broken, Host, Unsupported
 from .torch_errors import TORCH_PIN, TorchImportError, TorchImportWarning
@@ -89,6 +89,7 @@ from .torch_table import (
     TorchCx,
     Unavailable,
     dtype_kind,
+    flat_values,
     integer_call,
     integer_input,
 )
@@ -401,16 +402,11 @@ class _Walker:
     def _integer_types(self) -> dict[int, Tensor]:
         """{id(provisional input): the input of its engine type} of every integer input,
         each choice noted (a use no engine type holds becomes a problem)."""
-        final = {}
-        for src in self.int_inputs:
-            try:
-                dtype, given, note = choose_dtype(src, self.ranges.get(src.name))
-            except NotExpressible as err:
-                self.problems.append(str(err))
-                continue
-            self.note(f"{self.caller}: {note}")
-            final[id(src.tensor)] = input(src.shape, name=src.name, dtype=dtype, range=given)
-            self.partition.integer_inputs[src.name] = dtype
+        final, notes, problems, types = typed_inputs(self.int_inputs, self.ranges, self.caller)
+        for msg in notes:
+            self.note(msg)
+        self.problems += problems
+        self.partition.integer_inputs.update(types)
         return final
 
     def _input_shape(self, name, val, example) -> tuple:
@@ -490,7 +486,7 @@ class _Walker:
         shape = getattr(node.meta.get("val"), "shape", None)
         if shape is not None and all(isinstance(d, int) for d in shape):
             check_elements(tuple(shape), f"{self.caller}: {key} '{node.name}' output")
-        hosts = [a for a in _flat(args) if isinstance(a, Host)]
+        hosts = [a for a in flat_values(args) if isinstance(a, Host)]
         label = hosts[0].label if entry is not None and len(hosts) == 1 else node.name
         try:
             with torch.no_grad():
@@ -539,7 +535,7 @@ class _Walker:
         computing: dict[str, bool] = {}
         for i, (node, value, mark) in enumerate(records):
             call, _ = _module_of(node)
-            fresh = [v for v in _flat(value) if isinstance(v, Tensor) and v._order > mark]
+            fresh = [v for v in flat_values(value) if isinstance(v, Tensor) and v._order > mark]
             if not call or not fresh:
                 continue
             busy = any(v.op not in _MOVEMENT for v in fresh)
@@ -684,19 +680,8 @@ def _lookup(value, env):
     return value
 
 
-def _flat(value):
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _flat(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _flat(v)
-    else:
-        yield value
-
-
 def _contains(value, kinds) -> bool:
-    return any(isinstance(v, kinds) for v in _flat(value))
+    return any(isinstance(v, kinds) for v in flat_values(value))
 
 
 def _to_torch(torch, value):

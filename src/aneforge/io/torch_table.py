@@ -56,6 +56,7 @@ __all__ = [
     "TorchCx",
     "Unavailable",
     "dtype_kind",
+    "flat_values",
     "integer_call",
     "integer_input",
 ]
@@ -104,9 +105,10 @@ def integer_call(cx, args, kwargs):
     :class:`~.onnx_integers.IntView` among ``args`` / ``kwargs``), or
     :class:`~.onnx_errors.NotExpressible` naming the input and what the node needs."""
     key = cx.key.removeprefix("aten.")
-    view = next(v for v in _flat((args, kwargs)) if isinstance(v, IntView))
+    view = next(v for v in flat_values((args, kwargs)) if isinstance(v, IntView))
     first = args[0] if args and isinstance(args[0], IntView) else None
-    params = not any(isinstance(v, (IntView, Tensor, HighRank)) for v in _flat((args[1:], kwargs)))
+    rest = flat_values((args[1:], kwargs))
+    params = not any(isinstance(v, (IntView, Tensor, HighRank)) for v in rest)
     if first is not None and params:
         if key in _SAME:
             return first
@@ -124,7 +126,7 @@ def integer_call(cx, args, kwargs):
     ids = _lookup_ids(key, args) if first is None else None
     if ids is not None:
         return _embedding(cx, args[0], ids)
-    moved = args and any(isinstance(v, IntView) for v in _flat(args[0]))
+    moved = args and any(isinstance(v, IntView) for v in flat_values(args[0]))
     if moved and (key in _MOVES or key in _REORDERS):
         raise _refusal(view, _MOVED)
     if key in _INDEXING:
@@ -212,12 +214,18 @@ def _embedding(cx, weight, ids: IntView):
     return reshape(cx, rows, ids.shape + table.shape[1:])
 
 
-def _flat(value):
+def flat_values(value):
+    """The leaves of nested lists, tuples and dicts (an ATen node's arguments).
+
+    Example:
+        >>> list(flat_values([1, (2, {"a": 3})]))
+        [1, 2, 3]
+    """
     if isinstance(value, (list, tuple)):
         for v in value:
-            yield from _flat(v)
+            yield from flat_values(v)
     elif isinstance(value, dict):
         for v in value.values():
-            yield from _flat(v)
+            yield from flat_values(v)
     else:
         yield value
