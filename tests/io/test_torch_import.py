@@ -748,3 +748,28 @@ def test_unreadable_files_raise_import_errors(tmp_path):
         load_torch_file(tmp_path)
     with pytest.raises(TorchImportError, match="no such file"):
         load_torch_file(os.path.join(tmp_path, "missing.pt2"))
+
+
+def test_dead_code_on_integer_ids_is_not_imported():
+    """torch.export keeps an integer comparison whose only user is a metadata assert (a
+    pooled output the module drops, as CLIP's text model computes): the outputs do not
+    depend on it, so it neither fails the import nor runs."""
+
+    class Pooled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+
+        def forward(self, ids):
+            rows = self.emb(ids)
+            _ = rows[torch.arange(ids.shape[0]), (ids == 3).int().argmax(-1)]  # dropped
+            return rows
+
+    module = Pooled().eval()
+    ids = torch.tensor([[3, 1, 4]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = from_torch(module, (ids,))
+    got = graph.compile()(ids.numpy())
+    want = module(ids).detach().numpy().astype(np.float16)
+    assert np.array_equal(got, want.astype(np.float32))

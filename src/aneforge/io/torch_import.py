@@ -236,6 +236,20 @@ def _decompose(ep, name: str, caller: str):
         ) from err
 
 
+def _live_nodes(graph) -> set:
+    """The FX nodes the graph's outputs depend on. The rest is dead code that
+    torch.export keeps (a pooled output the module computes but does not return, shape
+    assertions): it is not imported, so it can neither fail the import nor run."""
+    stack = [n for n in graph.nodes if n.op == "output"]
+    live: set = set()
+    while stack:
+        node = stack.pop()
+        if node not in live:
+            live.add(node)
+            stack.extend(node.all_input_nodes)
+    return live
+
+
 def op_key(target) -> str:
     """The table key of an FX call target: ``"aten.relu.default"``, ``"operator.mul"``."""
     if hasattr(target, "_schema") or type(target).__name__ == "OpOverload":
@@ -303,8 +317,9 @@ class _Walker:
         env: dict = {}
         inputs, names = self._inputs(env)
         records, out_node = [], None
+        live = _live_nodes(self.ep.graph)
         for node in self.ep.graph.nodes:
-            if node.op == "call_function":
+            if node.op == "call_function" and node in live:
                 self._call(node, env, records)
             elif node.op == "output":
                 out_node = node
