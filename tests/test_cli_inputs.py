@@ -25,6 +25,7 @@ import torch
 from onnx import TensorProto, helper, numpy_helper, save
 
 from aneforge.cli import main
+from test_cli import user_error  # the one-line, exit-2 contract of user mistakes
 
 FP16_MAX = 65504.0
 
@@ -48,15 +49,6 @@ def model_file(path, shape_in, nodes=None, inits=()) -> str:
 def run_json(capsys, *args, code=0) -> dict:
     assert main(["check", *args, "--json"]) == code
     return json.loads(capsys.readouterr().out)
-
-
-def user_error(capsys, *argv) -> str:
-    """The one stderr line of a command that must be a user error (exit 2)."""
-    assert main(list(argv)) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and err.startswith("aneforge: error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    return err
 
 
 def npy(path, array) -> str:

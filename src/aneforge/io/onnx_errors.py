@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 from ..errors import AneforgeError, AneforgeWarning, PrecisionWarning
+from ..graph.fp16 import FP16_MAX
 
 __all__ = [
     "ConstantSaturationWarning",
@@ -59,3 +60,40 @@ class ConstantSaturationWarning(OnnxImportWarning, PrecisionWarning):
 
 class NotExpressible(Exception):
     """Raised by an op handler: this node's attributes or inputs cannot be expressed."""
+
+
+def unsupported_model(caller: str, name: str, op_lines, problems, skipped: int, **error):
+    """The one :class:`UnsupportedModelError` an importer raises: ``op_lines`` (the
+    heading and one line per unsupported op), then every node that cannot be expressed
+    (``problems``) and how many later nodes were not checked; ``error`` holds its
+    ``op_counts`` and ``bind_inputs``.
+
+    Example:
+        >>> err = unsupported_model("from_onnx", "g", [], ["Pad 'p': mode 'wrap'"], 0)
+        >>> print(err)
+        from_onnx: 'g' cannot be imported:
+        nodes that cannot be expressed (1):
+          Pad 'p': mode 'wrap'
+    """
+    lines = list(op_lines)
+    if problems:
+        lines.append(f"nodes that cannot be expressed ({len(problems)}):")
+        lines.extend(f"  {p}" for p in problems)
+    if skipped:
+        lines.append(f"({skipped} node(s) after them were not checked)")
+    text = f"{caller}: '{name}' cannot be imported:\n" + "\n".join(lines)
+    return UnsupportedModelError(text, problems=problems, **error)
+
+
+def saturation_message(caller: str, saturated: dict) -> str:
+    """The warning naming every constant saturated to fp16's range (``{name: max |x|}``).
+
+    Example:
+        >>> print(saturation_message("from_onnx", {"mask": 1e9}).split("range, ")[1])
+        saturated to +-65504: 'mask' (|x| up to 1e+09)
+    """
+    shown = ", ".join(f"'{k}' (|x| up to {v:g})" for k, v in saturated.items())
+    return (
+        f"{caller}: {len(saturated)} constant(s) hold finite values beyond the fp16 range, "
+        f"saturated to +-{FP16_MAX:g}: {shown}"
+    )

@@ -84,6 +84,8 @@ from .onnx_errors import (
     OnnxImportError,
     OnnxImportWarning,
     UnsupportedModelError,
+    saturation_message,
+    unsupported_model,
 )
 from .onnx_fold import FoldBudget, LeftNode, Partition, fold_work, resolve_budget
 from .onnx_functions import FunctionExpansion
@@ -434,16 +436,11 @@ class _Importer(FunctionExpansion):
     def _warn_saturated(self) -> None:
         if not self.saturated:
             return
-        shown = ", ".join(f"'{k}' (|x| up to {v:g})" for k, v in self.saturated.items())
-        msg = (
-            f"from_onnx: {len(self.saturated)} constant(s) hold finite values beyond the "
-            f"fp16 range, saturated to +-{FP16_MAX:g}: {shown}"
-        )
+        msg = saturation_message("from_onnx", self.saturated)
         self.notes.insert(0, msg)
         warnings.warn(msg, ConstantSaturationWarning, stacklevel=4)
 
     def _raise_if_unsupported(self) -> None:
-
         if not self.unsupported and not self.problems:
             return
         lines = []
@@ -459,17 +456,14 @@ class _Importer(FunctionExpansion):
                 )
                 for why in self.details.get(op, []):
                     lines.append(f"    its ONNX function body needs: {why}")
-        if self.problems:
-            lines.append(f"nodes that cannot be expressed ({len(self.problems)}):")
-            lines.extend(f"  {p}" for p in self.problems)
-        if self.skipped:
-            lines.append(f"({self.skipped} node(s) after them were not checked)")
-        name = self.model.graph.name or "model"
-        raise UnsupportedModelError(
-            f"from_onnx: '{name}' cannot be imported:\n" + "\n".join(lines),
-            self.unsupported,
+        raise unsupported_model(
+            "from_onnx",
+            self.model.graph.name or "model",
+            lines,
             self.problems,
-            sorted(self.bind_hints),
+            self.skipped,
+            op_counts=self.unsupported,
+            bind_inputs=sorted(self.bind_hints),
         )
 
     # ---- the node loop ---------------------------------------------------------------

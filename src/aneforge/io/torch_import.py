@@ -70,10 +70,14 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import AneforgeError
-from ..graph.fp16 import FP16_MAX
 from ..graph.tensor import MAX_RANK, Tensor, creation_mark, input
 from ..limits import check_elements
-from .onnx_errors import ConstantSaturationWarning, NotExpressible, UnsupportedModelError
+from .onnx_errors import (
+    ConstantSaturationWarning,
+    NotExpressible,
+    saturation_message,
+    unsupported_model,
+)
 from .onnx_fold import Partition
 from .onnx_graph import NodeNames, apply_names
 from .onnx_import import OnnxGraph, _given_shape, _Importer
@@ -603,24 +607,13 @@ class _Walker:
             lines.append(f"unsupported ATen ops ({total} node(s)):")
             for op, n in sorted(self.unsupported.items(), key=lambda kv: (-kv[1], kv[0])):
                 lines.append(f"  {op} x{n} ({self.first_use[op]}){_reason(op)}")
-        if self.problems:
-            lines.append(f"nodes that cannot be expressed ({len(self.problems)}):")
-            lines.extend(f"  {p}" for p in self.problems)
-        if self.skipped:
-            lines.append(f"({self.skipped} node(s) after them were not checked)")
-        raise UnsupportedModelError(
-            f"{self.caller}: '{self.name}' cannot be imported:\n" + "\n".join(lines),
-            self.unsupported,
-            self.problems,
+        raise unsupported_model(
+            self.caller, self.name, lines, self.problems, self.skipped, op_counts=self.unsupported
         )
 
     def _warn_saturated(self) -> None:
         if self.saturated:
-            shown = ", ".join(f"'{k}' (|x| up to {v:g})" for k, v in self.saturated.items())
-            msg = (
-                f"{self.caller}: {len(self.saturated)} constant(s) hold finite values past "
-                f"the fp16 range, saturated to +-{FP16_MAX:g}: {shown}"
-            )
+            msg = saturation_message(self.caller, self.saturated)
             self.notes.insert(0, msg)
             warnings.warn(msg, ConstantSaturationWarning, stacklevel=4)
 
