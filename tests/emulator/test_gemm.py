@@ -344,6 +344,41 @@ def test_portable_codegen_matches_reference(env):
     run_python_with_env(_PORTABLE_SCRIPT, env)
 
 
+# ---- every tile geometry ----------------------------------------------------------------
+
+_TILE_PREFIX = """
+import aneforge.emulator.gemm as g
+g._choose_tile = lambda features: ({vw}, {nv})
+from aneforge.emulator import windows
+x = np.zeros((1, 3, 9, 9), np.float16)
+w3 = np.ones((1, 5, 27), np.float16)
+windows.gemm_windows(w3, x, (3, 3), (1, 1), (1, 1), 1)
+assert (g._VW, g._NV, g._NR) == ({vw}, {nv}, {vw} * {nv}), (g._VW, g._NV)
+assert windows._windows_state["ok"], windows._windows_state["error"]
+"""
+
+
+@pytest.mark.parametrize(("vw", "nv"), [(8, 3), (16, 2)], ids=["avx2", "avx512"])
+def test_every_tile_geometry_matches_reference(tmp_path, vw, nv):
+    """The tile the CPU picks (``_choose_tile``) changes speed, never bits: both tiles,
+    compiled here (LLVM splits vectors wider than the CPU's), give the oracle's bits on
+    the same cases as the portable code generation, and so do the gathered conv panels.
+    A fresh numba cache: a cached kernel holds the tile it was compiled with."""
+    script = _PORTABLE_SCRIPT.replace(
+        "from aneforge.emulator.gemm import",
+        _TILE_PREFIX.format(vw=vw, nv=nv) + "from aneforge.emulator.gemm import",
+        1,
+    )
+    script = "import numpy as np\n" + script
+    run_python_with_env(script, {"NUMBA_CACHE_DIR": str(tmp_path)})
+
+
+def test_the_tile_follows_the_vector_registers():
+    assert gemm_module._choose_tile("+avx2,-avx512f,+f16c,+fma") == (8, 3)
+    assert gemm_module._choose_tile("+avx2,+avx512f,+avx512fp16") == (16, 2)
+    assert gemm_module._choose_tile("+neon,+fp-armv8") == (8, 3)
+
+
 # ---- input validation ------------------------------------------------------------------
 
 

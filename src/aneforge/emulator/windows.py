@@ -14,7 +14,6 @@ import threading
 import numpy as np
 
 from . import gemm as _gemm
-from .gemm import _NR
 
 __all__ = ["gemm_windows"]
 
@@ -38,14 +37,14 @@ def _load() -> None:
 def _pack_windows_py(xp, panels, geo):
     """The panels of a convolution's patches, gathered straight from its input.
 
-    ``xp`` is the padded (N, C, Hp, Wp) input as uint16, ``panels`` (N*G, P, K, _NR)
+    ``xp`` is the padded (N, C, Hp, Wp) input as uint16, ``panels`` (N*G, P, K, NR)
     receives for image-group z, row k = (c, i, t) of the (Cin/G, kh, kw) patch and
-    column q = p * _NR + j (output position (q // Wo, q % Wo)) the input cell that
+    column q = p * NR + j (output position (q // Wo, q % Wo)) the input cell that
     patch reads, and zeros past the last position: what packing
     ``patches[z][k, q]`` gives. ``geo`` holds ``(kh, kw, sh, sw, dh, dw, groups, ho,
     wo)``.
     """
-    nz, npan, kdim = panels.shape[0], panels.shape[1], panels.shape[2]
+    nz, npan, kdim, nr = panels.shape
     kh, kw, sh, sw, dh, dw, groups, ho, wo = (
         geo[0], geo[1], geo[2], geo[3], geo[4], geo[5], geo[6], geo[7], geo[8]
     )  # fmt: skip
@@ -57,11 +56,11 @@ def _pack_windows_py(xp, panels, geo):
         p = task - z * npan
         img = z // groups
         g = z - img * groups
-        rows = np.empty(_NR, np.int64)
-        cols = np.empty(_NR, np.int64)
-        width = min(_NR, positions - p * _NR)
+        rows = np.empty(nr, np.int64)
+        cols = np.empty(nr, np.int64)
+        width = min(nr, positions - p * nr)
         for j in range(width):
-            q = p * _NR + j
+            q = p * nr + j
             rows[j] = (q // wo) * sh
             cols[j] = (q - (q // wo) * wo) * sw
         for k in range(kdim):
@@ -73,7 +72,7 @@ def _pack_windows_py(xp, panels, geo):
             dst = panels[z, p, k]
             for j in range(width):
                 dst[j] = plane[np.uintp(rows[j] + di), np.uintp(cols[j] + dj)]
-            for j in range(width, _NR):
+            for j in range(width, nr):
                 dst[j] = 0
 
 
