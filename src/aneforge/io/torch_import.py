@@ -32,6 +32,9 @@ How values are handled (the contract the tests check):
   ONNX import. An op whose inputs are all constants is folded exactly by torch when it
   only moves values or its result is not float (index and mask arithmetic); float
   arithmetic between constants folds with the emulator's fp16 kernels.
+- Each eval-mode batch norm whose input is a conv's only use, with constant
+  parameters, is folded into that conv in float32 exactly as ``torch.onnx.export``
+  folds it (:mod:`.torch_fuse`; a note says how many), so both imports give one program.
 - Names: the node that computes a module call's result is named by the module's path
   (``layer1.0.conv1``, ``encoder.attn``); its other nodes are ``{path}/{fx node}``, new
   inner nodes of a multi-op mapping ``{name}/{op}`` (:mod:`.onnx_graph`), and nodes of
@@ -85,6 +88,7 @@ from .onnx_integers import IntInput, IntView, typed_inputs
 from .onnx_load import one_line
 from .onnx_values import BROKEN, Broken, Host, Unsupported
 from .torch_errors import TORCH_PIN, TorchImportError, TorchImportWarning
+from .torch_fuse import Folds, plan_folds
 from .torch_load import read_exported_program
 from .torch_table import (
     ATEN,
@@ -292,6 +296,7 @@ class _Walker:
         self.names = NodeNames()
         self.int_inputs: list[IntInput] = []
         self.partition = Partition()
+        self.folds = Folds()
 
     # ---- what the handler context calls -------------------------------------------------
     def t(self, value) -> Tensor:
@@ -322,6 +327,7 @@ class _Walker:
         inputs, names = self._inputs(env)
         records, out_node = [], None
         live = _live_nodes(self.ep.graph)
+        self._plan_folds(env, live)
         for node in self.ep.graph.nodes:
             if node.op == "call_function" and node in live:
                 self._call(node, env, records)
@@ -350,6 +356,17 @@ class _Walker:
             name=self.name,
             partition=self.partition,
         )
+
+    def _plan_folds(self, env, live) -> None:
+        """Fold each eval-mode batch norm into the conv before it where torch.onnx.export
+        does, with its float32 arithmetic (:mod:`.torch_fuse`)."""
+        self.folds = plan_folds(self.torch, self.ep.graph, env)
+        n = sum(1 for node in live if node.name in self.folds.norms)
+        if n:
+            self.note(
+                f"{self.caller}: folded {n} batch norm(s) into the convolutions before them "
+                "in float32, as torch.onnx.export does"
+            )
 
     def _inputs(self, env):
         specs = {s.arg.name: s for s in self.ep.graph_signature.input_specs}
@@ -449,6 +466,7 @@ class _Walker:
     def _call(self, node, env, records) -> None:
         key = op_key(node.target)
         args, kwargs = _lookup(node.args, env), _lookup(node.kwargs, env)
+        args = self.folds.conv_args(node, args)
         if any(a.name in self.tainted for a in node.all_input_nodes):
             self.tainted.add(node.name)
         if _contains(args, Broken) or _contains(kwargs, Broken):
@@ -457,7 +475,7 @@ class _Walker:
             return
         mark = creation_mark()
         try:
-            value = self._evaluate(node, key, args, kwargs)
+            value = self.folds.norm_value(node, env) or self._evaluate(node, key, args, kwargs)
         except Unsupported:
             self._count(key, node)
             value = self._placeholder(node)
