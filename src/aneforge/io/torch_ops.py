@@ -305,8 +305,7 @@ def _gelu(cx, x, approximate="none"):
 
 @aten("hardtanh.default")
 def _hardtanh(cx, x, min_val=-1.0, max_val=1.0):
-    if (min_val, max_val) == (0.0, 6.0):
-        return cx.op("relu6", x)
+    # relu6 too (hardtanh(0, 6)): clip, as ONNX import spells the exporter's Clip(0, 6)
     return cx.op("clip", x, lo=float(min_val), hi=float(max_val))
 
 
@@ -559,6 +558,12 @@ def _mm(cx, a, b):
 # ---- normalization -------------------------------------------------------------------------
 
 
+def _f32(eps) -> float:
+    """A norm's eps rounded to float32, as an ONNX file stores it (the same attribute
+    both ways)."""
+    return float(np.float32(eps))
+
+
 def _affine_srcs(cx, weight, bias) -> tuple[list, dict]:
     srcs = [cx.t(v) for v in (weight, bias) if v is not None]
     return srcs, {"has_weight": weight is not None, "has_bias": bias is not None}
@@ -569,7 +574,7 @@ def _layer_norm(cx, x, normalized_shape, weight, bias, eps):
     x = cx.t(x)
     axis = x.ndim - len(normalized_shape)
     srcs, flags = _affine_srcs(cx, weight, bias)
-    y = cx.op("layer_norm", x, *srcs, axis=axis, eps=float(eps), **flags)
+    y = cx.op("layer_norm", x, *srcs, axis=axis, eps=_f32(eps), **flags)
     axes = tuple(range(axis, x.ndim))
 
     def mean():
@@ -586,7 +591,7 @@ def _layer_norm(cx, x, normalized_shape, weight, bias, eps):
 @aten("native_group_norm.default")
 def _group_norm(cx, x, weight, bias, n, c, hxw, group, eps):
     srcs, flags = _affine_srcs(cx, weight, bias)
-    y = cx.op("group_norm", x, *srcs, groups=int(group), eps=float(eps), **flags)
+    y = cx.op("group_norm", x, *srcs, groups=int(group), eps=_f32(eps), **flags)
     stats = Unavailable("the mean / rstd outputs of native_group_norm")
     return (y, stats, stats)
 
@@ -594,7 +599,7 @@ def _group_norm(cx, x, weight, bias, n, c, hxw, group, eps):
 @aten("_native_batch_norm_legit_no_training.default")
 def _batch_norm(cx, x, weight, bias, running_mean, running_var, momentum, eps):
     srcs, flags = _affine_srcs(cx, weight, bias)
-    y = cx.op("batch_norm", x, running_mean, running_var, *srcs, eps=float(eps), **flags)
+    y = cx.op("batch_norm", x, running_mean, running_var, *srcs, eps=_f32(eps), **flags)
     stats = Unavailable("the saved mean / invstd outputs of batch norm")
     return (y, stats, stats)
 
