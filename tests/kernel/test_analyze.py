@@ -174,6 +174,50 @@ def test_hand_checked_counts():
     assert analyze(CASES["accumulating"]).footprints["y"].write_bytes == 16  # fp32 cells
 
 
+def _producer_and_reader(reader_hi, reads_x=False):
+    """t[i] = exp(x[i]) over 8 cells; y[i] = t[i] (+ x[i]) for i <= reader_hi."""
+    t = Set("t", (i,), Op("exp", (Get("x", (i,)),)))
+    value = Get("t", (i,))
+    if reads_x:
+        value = Op("add", (value, Get("x", (i,))))
+    y = Set("y", (i,), value)
+    bufs = (_inp("x", 8), Buffer("t", (8,)), Buffer("y", (8,), kind="output"))
+    return Code("r", bufs, (For("i", 0, 7, (t,)), For("i", 0, reader_hi, (y,))))
+
+
+def test_an_open_producer_read_whole_charges_its_reads_and_work():
+    # every completion computes all of t from all of x: x in, y out, t's exps
+    f = completion_floor(_producer_and_reader(7), {"t"})
+    assert (f.flops, f.read_bytes, f.write_bytes, f.exact) == (8, 16, 16, False)
+    inlined = analyze(_producer_and_reader(7, reads_x=True))
+    assert completion_floor(_producer_and_reader(7, reads_x=True), {"t"}).bytes <= inlined.bytes
+
+
+def test_an_open_producer_read_in_part_charges_nothing():
+    # y reads t[0:4]: inlined, only x[0:4] is read and 4 exps run
+    f = completion_floor(_producer_and_reader(3), {"t"})
+    assert (f.flops, f.read_bytes, f.write_bytes) == (0, 0, 8)
+
+
+def test_a_chain_of_open_producers_is_needed_link_by_link():
+    t1 = Set("t1", (i,), Op("exp", (Get("x", (i,)),)))
+    t2 = Set("t2", (i,), Op("neg", (Get("t1", (i,)),)))
+    y = Set("y", (i,), Get("t2", (i,)))
+    bufs = (_inp("x", 8), Buffer("t1", (8,)), Buffer("t2", (8,)), Buffer("y", (8,), kind="output"))
+    code = Code("r", bufs, tuple(For("i", 0, 7, (st,)) for st in (t1, t2, y)))
+    f = completion_floor(code, {"t1", "t2"})
+    assert (f.flops, f.read_bytes, f.write_bytes) == (16, 16, 16)
+
+
+def test_an_open_node_written_twice_charges_nothing():
+    # the second loop overwrites t: the first loop's reads are not every completion's
+    t = Set("t", (i,), Op("exp", (Get("x", (i,)),)))
+    y = Set("y", (i,), Get("t", (i,)))
+    bufs = (_inp("x", 8), Buffer("t", (8,)), Buffer("y", (8,), kind="output"))
+    loops = (For("i", 0, 7, (t,)), For("i", 0, 7, (t,)), For("i", 0, 7, (y,)))
+    assert completion_floor(Code("r", bufs, loops), {"t"}).read_bytes == 0
+
+
 SEEDS = range(300)
 
 

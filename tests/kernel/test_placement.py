@@ -18,7 +18,7 @@ from aneforge.emulator.interpreter import execute_fp16, fp16_kernel
 from aneforge.errors import BoundViolationWarning, OptionError
 from aneforge.graph.registry import get_op
 from aneforge.kernel import compiled
-from aneforge.kernel.analyze import analyze
+from aneforge.kernel.analyze import analyze, completion_floor
 from aneforge.kernel.calibration import read_log
 from aneforge.kernel.envelope import Envelope, reset_agreement_warnings
 from aneforge.kernel.lower import Placement, lower, region_nodes, resolve
@@ -85,6 +85,24 @@ def test_an_honest_envelope_finds_the_exhaustive_optimum(seed):
             r = search_placements(prog, region, measure, honest)
         assert r.seconds == pytest.approx(_exhaustive(prog, region, measure), rel=1e-12)
         assert r.measured + r.pruned == 2 ** len(_free(prog, region)) and r.violations == 0
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_the_root_floor_is_below_every_placement(seed):
+    """Every intermediate open, the floor is at most every full placement's counts; it
+    still charges the reads and work of producers that every completion runs whole."""
+    prog = af.compile(random_region(seed), opt=0)
+    for region in prog.fused_regions:
+        middle = resolve(prog, region, None)[0].intermediates
+        base = lower(prog, region, [Placement.MATERIALIZE] * len(middle))
+        free = _free(prog, region)
+        floor = completion_floor(base.code, {base.names[id(middle[i])] for i in free})
+        for bits in itertools.product((Placement.MATERIALIZE, Placement.INLINE), repeat=len(free)):
+            vector = [Placement.MATERIALIZE] * len(middle)
+            for i, p in zip(free, bits):
+                vector[i] = p
+            s = analyze(lower(prog, region, vector).code)
+            assert floor.flops <= s.flops and floor.bytes <= s.bytes, (seed, bits)
 
 
 def _chain():

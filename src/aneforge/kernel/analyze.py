@@ -21,7 +21,9 @@
 :func:`completion_floor` is the dual, every approximation biased down, for every
 completion of a partial placement: guarded bodies count 0, a ``Where`` its condition
 and its cheaper arm, ``And`` / ``Or`` their left operand, hoisted bodies always;
-statements that produce an open node count 0, and so do the open nodes' own traffic;
+the open nodes' own traffic counts 0, and so do the statements that produce them,
+except where every completion computes an open node whole (its producer's certain reads
+and FLOPs then count: :func:`completion_floor`);
 per buffer and direction, the certain exact images count by the largest sum of a
 pairwise disjoint sub-family (their sum when all are disjoint, the largest when all
 overlap). ``exact`` is False whenever anything was floored. It is evaluated on the
@@ -153,6 +155,7 @@ class _Access:
     write: bool
     rmw: bool = False  # the cell of an accumulating store
     clip: int = 0  # a guarded window read: its last ``clip`` entries only where in range
+    via: str | None = None  # the open node whose producing statement made it (floor walk)
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,8 @@ class _Walk:
         self.hoisted = 0
         self.loose = False  # a FLOP count that is only a bound (or, floored, not tight)
         self.opaque = False
+        self.via: str | None = None  # the open producer being walked (floor walk only)
+        self.open_flops: dict[str, int] = defaultdict(int)  # each open producer's work
 
     def run(self) -> _Walk:
         self.body(self.code.body, _Ctx({}, True, 1, False))
@@ -194,7 +199,7 @@ class _Walk:
             return 0
         if isinstance(s, Get):
             certain = ctx.certain and not conditional
-            self.accesses.append(_Access(s.node, s.index, ctx.ranges, certain, False))
+            self._add(_Access(s.node, s.index, ctx.ranges, certain, False))
             return 0
         if isinstance(s, Call):
             return s.flops + sum(self.expr(a, ctx, conditional) for a in s.args)
@@ -210,9 +215,7 @@ class _Walk:
             # x[..., w] where inrange(w) else c: every in-range cell is read, for sure
             certain = ctx.certain and not conditional
             clip = len(s.cond.index)
-            self.accesses.append(
-                _Access(s.then.node, s.then.index, ctx.ranges, certain, False, clip=clip)
-            )
+            self._add(_Access(s.then.node, s.then.index, ctx.ranges, certain, False, clip=clip))
             return self.expr(s.other, ctx, True)
         if isinstance(s, Where):
             cond = self.expr(s.cond, ctx, conditional)
@@ -229,6 +232,10 @@ class _Walk:
             self.body(s.body, _Ctx(ctx.ranges, ctx.certain, ctx.trips, True))
             return 0
         raise TypeError(f"not a scalar expression: {s!r}")
+
+    def _add(self, access: _Access) -> None:
+        access.via = self.via
+        self.accesses.append(access)
 
     def _charge(self, flops: int, ctx: _Ctx) -> None:
         if ctx.hoisted:
@@ -248,17 +255,23 @@ class _Walk:
             ranges[st.index] = (st.lo, st.hi)
             self.body(st.body, _Ctx(ranges, ctx.certain, ctx.trips * st.trips, ctx.hoisted))
         elif isinstance(st, Set):
-            if self.floor and st.node in self.open:
-                self.loose = True  # an open producer: its whole effect is the placement's
+            if self.floor and st.node in self.open and self.via is None:
+                # an open producer: its effect is the placement's; what it certainly does
+                # is kept apart, for completion_floor to charge where every completion must
+                self.loose = True
+                before = (self.inline, self.hoisted)
+                self.via = st.node
+                self.statement(st, ctx)
+                self.via = None
+                self.open_flops[st.node] += self.inline + self.hoisted - sum(before)
+                self.inline, self.hoisted = before
                 return
             flops = self.expr(st.value, ctx)
             rmw = st.accumulate is not None
             if rmw:
                 flops += SCALAR_OPS[st.accumulate].flops
-                self.accesses.append(
-                    _Access(st.node, st.index, ctx.ranges, ctx.certain, False, True)
-                )
-            self.accesses.append(_Access(st.node, st.index, ctx.ranges, ctx.certain, True, rmw))
+                self._add(_Access(st.node, st.index, ctx.ranges, ctx.certain, False, True))
+            self._add(_Access(st.node, st.index, ctx.ranges, ctx.certain, True, rmw))
             self._charge(flops, ctx)
         elif isinstance(st, SetLocal):
             flops = self.expr(st.value, ctx)
@@ -275,7 +288,7 @@ class _Walk:
             self.loose = self.loose or self.inline + self.hoisted > before  # as if taken
         elif isinstance(st, Zero):
             index, ranges = _whole(self.code.buffer(st.node))
-            self.accesses.append(_Access(st.node, index, ranges, ctx.certain, True))
+            self._add(_Access(st.node, index, ranges, ctx.certain, True))
         elif isinstance(st, Opaque):
             self.opaque = True
             if self.floor:  # an under-count is sound in this direction
@@ -283,7 +296,7 @@ class _Walk:
                 return
             for name, write in [(n, False) for n in st.inputs] + [(n, True) for n in st.outputs]:
                 index, ranges = _whole(self.code.buffer(name))
-                self.accesses.append(_Access(name, index, ranges, ctx.certain, write))
+                self._add(_Access(name, index, ranges, ctx.certain, write))
         elif not isinstance(st, DeclareLocal):
             raise TypeError(f"not a statement: {st!r}")
 
@@ -437,6 +450,11 @@ def completion_floor(code: Code, open_nodes=()) -> Floor:
     inline-committed) intermediates are ``open_nodes``, on the all-materialized
     lowering ``code``: module docstring.
 
+    An open node's own traffic never counts (inlined, it is not stored), but where
+    every completion must compute all of it (:func:`_needed_open`), its producer's
+    certain reads and FLOPs do: whether materialized or inlined into its readers, each
+    of its cells is computed at least once, and from the same cells.
+
     Example:
         >>> from aneforge.kernel.ir import Buffer, Code, For, Get, Op, Set, it
         >>> i = it("i")
@@ -446,15 +464,17 @@ def completion_floor(code: Code, open_nodes=()) -> Floor:
         ...         Buffer("y", (8,), kind="output"))
         >>> code = Code("r", bufs, (For("i", 0, 7, (t,)), For("i", 0, 7, (y,))))
         >>> f = completion_floor(code, {"t"})
-        >>> f.flops, f.read_bytes, f.write_bytes, f.exact  # t's work and traffic open
-        (8, 16, 16, False)
+        >>> f.flops, f.read_bytes, f.write_bytes, f.exact  # t's traffic open, its work not
+        (16, 16, 16, False)
         >>> completion_floor(code).bytes == analyze(code).bytes
         True
     """
     walk = _Walk(code, floor=True, open_nodes=open_nodes).run()
+    needed = _needed_open(code, walk)
     tight = not walk.loose
     read = write = 0
-    for name, (reads, writes, _) in _by_buffer(walk.accesses).items():
+    counted = [a for a in walk.accesses if a.via is None or a.via in needed]
+    for name, (reads, writes, _) in _by_buffer(counted).items():
         if name in walk.open:
             tight = tight and not (reads or writes)
             continue
@@ -464,7 +484,43 @@ def completion_floor(code: Code, open_nodes=()) -> Floor:
         read += r * b.itemsize
         write += w * b.itemsize
         tight = tight and r_tight and w_tight
-    return Floor(walk.inline + walk.hoisted, read, write, tight)
+    flops = walk.inline + walk.hoisted + sum(walk.open_flops[n] for n in needed)
+    return Floor(flops, read, write, tight)
+
+
+def _needed_open(code: Code, walk: _Walk) -> set[str]:
+    """The open nodes every completion computes whole, each cell from its producer's
+    same reads: a node written by one certain, non-accumulating statement that writes
+    each of its cells exactly once (an exact image of the whole buffer, as many trips
+    as cells), and whose every cell is certainly read by materialized code or by the
+    producer of a node already found needed (a fixed point: a chain of inlined
+    elementwise producers under a full reader is needed link by link)."""
+    by_buffer = _by_buffer(walk.accesses)
+    candidates = {}
+    for name in walk.open:
+        reads, writes, _ = by_buffer.get(name, ([], [], []))
+        if len(writes) != 1:
+            continue
+        w, b = writes[0], code.buffer(name)
+        if w.rmw or not w.certain or w.via != name:
+            continue
+        trips = math.prod(max(0, hi - lo + 1) for lo, hi in w.ranges.values())
+        cells, exact = image_size(w.index, w.ranges, b.shape, 0)
+        if exact and cells == b.size == trips:
+            candidates[name] = reads
+    needed: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for name, reads in candidates.items():
+            if name in needed:
+                continue
+            b = code.buffer(name)
+            sure = [a for a in reads if a.via is None or a.via in needed]
+            if _lower_cells(sure, b.shape)[0] == b.size:
+                needed.add(name)
+                grew = True
+    return needed
 
 
 def roofline_seconds(result, peak_flops=None, peak_bandwidth=None) -> float | None:
