@@ -180,8 +180,10 @@ _PC = 8  # panels (of _NR columns) per task
 
 # Problems below this many multiply-adds run on one thread: waking the thread pool for a
 # tiny product costs milliseconds on a loaded machine (the result is the same either way:
-# each output's k order does not depend on the threads).
-_SERIAL_WORK = 1 << 22
+# each output's k order does not depend on the threads). Measured on 2 cores (AVX2,
+# models run alternately in one process): 2^20 ran ShuffleNet and SqueezeNet 10-15 %
+# faster than 2^22 and ResNet-50 3 %; 2^18 was no faster than 2^20.
+_SERIAL_WORK = 1 << 20
 _TRANSPOSE_GAIN = 0.75  # run C^T = B^T A^T when its padded work is below this share
 _PORTABLE_ENV = "ANEFORGE_EMU_GEMM_PORTABLE"
 _FORCE_PORTABLE = os.environ.get(_PORTABLE_ENV, "") not in ("", "0")
