@@ -7,10 +7,12 @@ import warnings
 import numpy as np
 import pytest
 
+import aneforge as af
 import aneforge.emulator.fast_kernels as fk
 import aneforge.emulator.gemm as gemm_module
 from aneforge.emulator.fast_kernels import FAST_KERNELS
 from aneforge.emulator.gemm import FastPathWarning
+from aneforge.emulator.interpreter import execute_fp16
 from aneforge.graph.ops.norm import _batch_norm_emulate
 from conftest import PORTABLE_ENVS, PORTABLE_IDS, assert_same_bits, run_python_with_env
 
@@ -249,3 +251,38 @@ raise SystemExit(1 if bad else 0)
 @pytest.mark.parametrize("env", PORTABLE_ENVS, ids=PORTABLE_IDS)
 def test_portable_codegen_matches_reference(env):
     run_python_with_env(_PORTABLE_SCRIPT, env)
+
+
+# ---- a convolution's bias add ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 300, 300), (2, 7, 9, 1100), (1, 64, 1024)])
+def test_bias_add_gives_numpys_fp16_add_on_random_bits(shape):
+    rng = np.random.default_rng(sum(shape))
+    y = rng.integers(0, 1 << 16, shape, dtype=np.uint16).view(np.float16)
+    b = rng.integers(0, 1 << 16, (shape[1],) + (1,) * (len(shape) - 2), dtype=np.uint16)
+    b = b.view(np.float16)
+    with np.errstate(all="ignore"):
+        want = y + b
+    assert_kernel_bits(fk.bias_add_fast(y, b), want)
+    assert_kernel_bits(fk.bias_add_fast(y[:, :, ::-1], b), want[:, :, ::-1])  # strided y
+
+
+def test_bias_add_declines_what_is_not_one_value_per_channel():
+    y = np.ones((1, 4, 256, 256), np.float16)
+    assert fk.bias_add_fast(y, np.ones((4, 2, 1), np.float16)) is None
+    assert fk.bias_add_fast(y, np.ones((4,), np.float16)) is None  # would broadcast on W
+    assert fk.bias_add_fast(y, np.ones((4, 1, 1), np.float32)) is None
+    assert fk.bias_add_fast(y[:, :, :8, :8], np.ones((4, 1, 1), np.float16)) is None  # small
+
+
+def test_a_conv_with_a_bias_gives_the_reference_bits_on_the_fast_path():
+    rng = np.random.default_rng(5)
+    x = af.input((1, 8, 64, 64), name="x")
+    w = (rng.standard_normal((16, 8, 3, 3)) * 0.3).astype(np.float16)
+    b = (rng.standard_normal(16) * 40).astype(np.float16)
+    prog = af.compile(af.conv(x, w, b, padding=1), opt=0)
+    feed = (rng.standard_normal((1, 8, 64, 64)) * 3).astype(np.float16)
+    fast = execute_fp16(prog, [feed])[0]
+    slow = execute_fp16(prog, [feed], fast=False)[0]
+    assert_same_bits(fast, slow)

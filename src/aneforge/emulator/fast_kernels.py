@@ -46,7 +46,13 @@ from . import gemm as _gemm
 # never defines kernels on top of a gemm module that has none.
 numba = llir = nbtypes = intrinsic = None
 
-__all__ = ["FAST_KERNELS", "GENERIC_ONLY", "batch_norm_fast", "depthwise_conv_fast"]
+__all__ = [
+    "FAST_KERNELS",
+    "GENERIC_ONLY",
+    "batch_norm_fast",
+    "bias_add_fast",
+    "depthwise_conv_fast",
+]
 
 _FORCE_PORTABLE = os.environ.get(_gemm._PORTABLE_ENV, "") not in ("", "0")
 _SERIAL_ELEMENTS = 1 << 16  # below this, waking the thread pool costs more than it saves
@@ -54,8 +60,8 @@ _load_lock = threading.Lock()
 
 
 # Set by _define_kernels once numba has imported: the compiled _bn_kernel_py, parallel
-# and serial, and _dw_kernel_py.
-_h2f = _r16 = _f32_to_f16_bits = _bn_par_jit = _bn_ser_jit = _dw_jit = None
+# and serial, _dw_kernel_py and _bias_kernel_py.
+_h2f = _r16 = _f32_to_f16_bits = _bn_par_jit = _bn_ser_jit = _dw_jit = _bias_jit = None
 
 
 def _bn_par(*args):
@@ -84,7 +90,7 @@ def _load() -> bool:
 
 def _define_kernels() -> None:
     """Define the numba intrinsics and the kernels (each compiled on its first call)."""
-    global _h2f, _r16, _f32_to_f16_bits, _bn_par_jit, _bn_ser_jit, _dw_jit
+    global _h2f, _r16, _f32_to_f16_bits, _bn_par_jit, _bn_ser_jit, _dw_jit, _bias_jit
 
     @intrinsic
     def _h2f(typingctx, bits):
@@ -121,10 +127,12 @@ def _define_kernels() -> None:
         _bn_par_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_bn_kernel_py)
         _bn_ser_jit = numba.njit(nogil=True, cache=_cache)(_bn_kernel_py)
         _dw_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_dw_kernel_py)
+        _bias_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_bias_kernel_py)
     except Exception:  # no writable cache location: compile per process instead
         _bn_par_jit = numba.njit(parallel=True, nogil=True)(_bn_kernel_py)
         _bn_ser_jit = numba.njit(nogil=True)(_bn_kernel_py)
         _dw_jit = numba.njit(parallel=True, nogil=True)(_dw_kernel_py)
+        _bias_jit = numba.njit(parallel=True, nogil=True)(_bias_kernel_py)
 
 
 def _dw_kernel_py(xp, w, bias, geo, out):
@@ -161,6 +169,20 @@ def _dw_kernel_py(xp, w, bias, geo, out):
                 if has_bias:
                     y = _r16(y + bc)
                 dst[j] = _f32_to_f16_bits(y)
+
+
+def _bias_kernel_py(y, b, out):
+    """out[k] = fp16(y[k] + b[k % C]) for the (N*C, S) uint16 rows ``y`` and the (C,)
+    float32 ``b`` holding fp16 values: NumPy's fp16 add (float32 sum, one rounding; the
+    sum of two fp16 values is exact in float32), branch-free so LLVM vectorizes it."""
+    nblk, size = y.shape
+    nc = b.shape[0]
+    for k in numba.prange(nblk):
+        bc = b[k % nc]
+        src = y[k]
+        dst = out[k]
+        for i in range(size):
+            dst[i] = _f32_to_f16_bits(_h2f(src[i]) + bc)
 
 
 def _bn_kernel_py(x, mean, r, w, b, out, flags):
@@ -388,6 +410,61 @@ def depthwise_conv_fast(inputs, attrs):
         _gemm.warn_fallback("depthwise conv", _dw_state["error"] or "it was switched off")
         return None
     return _run_depthwise(inputs, attrs)
+
+
+# ---- a convolution's bias ---------------------------------------------------------------
+
+_bias_state: dict = {"ok": None, "error": None}
+
+
+def _run_bias_add(y, b):
+    """The compiled per-channel add without the check; None when not one."""
+    if not (isinstance(y, np.ndarray) and isinstance(b, np.ndarray)) or y.ndim < 2:
+        return None
+    c = y.shape[1]
+    if y.dtype != np.float16 or b.dtype != np.float16 or b.size != c or b.ndim != y.ndim - 1:
+        return None
+    if any(d != 1 for d in b.shape[1:]) or y.size < _SERIAL_ELEMENTS:
+        return None  # not one value per channel, or too small for a launch to pay
+    y2 = np.ascontiguousarray(y).view(np.uint16).reshape(y.shape[0] * c, -1)
+    out = np.empty(y2.shape, np.uint16)
+    with _launch_lock:
+        _bias_jit(y2, b.reshape(c).astype(np.float32), out)
+    return out.view(np.float16).reshape(y.shape)
+
+
+def _bias_add_matches() -> bool:
+    """The compiled add gives NumPy's fp16 ``y + b`` on random bits (NaN payloads, inf,
+    subnormals, signed zeros) and on sums that tie, overflow or cancel."""
+    rng = np.random.default_rng(20240615)
+    y = rng.integers(0, 1 << 16, (2, 5, 1 + _SERIAL_ELEMENTS // 10), dtype=np.uint16)
+    y = y.view(np.float16)
+    y[0, :, :4] = [[65504, -0.0, 2049, 6e-8]] * 5
+    b = rng.integers(0, 1 << 16, (5, 1), dtype=np.uint16).view(np.float16)
+    b[:4, 0] = [65504, 0.0, 1.0, -6e-8]
+    got = _run_bias_add(y, b)
+    with np.errstate(all="ignore"):
+        return got is not None and _gemm._same_bits(got, y + b)
+
+
+def bias_add_fast(y, b):
+    """A convolution's bias add, ``y + b`` in fp16 with ``b`` one value per channel
+    (axis 1) shaped ``(C, 1, ...)``, compiled, with NumPy's bits; None where it does not
+    apply (another shape, under 65,536 elements) or cannot run here (then one
+    :class:`~aneforge.emulator.gemm.FastPathWarning` per process says why). The
+    ``bias`` backend of :class:`~aneforge.graph.arith.Arith`.
+
+    Example:
+        >>> import numpy as np
+        >>> y = np.ones((1, 2, 256, 256), np.float16)
+        >>> out = bias_add_fast(y, np.array([[[0.5]], [[2.0]]], np.float16))
+        >>> out is None or (float(out[0, 0, 0, 0]), float(out[0, 1, 0, 0])) == (1.5, 3.0)
+        True
+    """
+    if not _checked_once(_bias_state, _bias_add_matches):
+        _gemm.warn_fallback("conv bias add", _bias_state["error"] or "it was switched off")
+        return None
+    return _run_bias_add(y, b)
 
 
 #: The compiled kernels by op name (module docstring).

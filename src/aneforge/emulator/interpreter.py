@@ -32,7 +32,7 @@ from ..graph.arith import Arith
 from ..graph.ops.extra import IdRangeError
 from ..graph.registry import get_op
 from .chips import chip_numerics
-from .fast_kernels import FAST_KERNELS, GENERIC_ONLY
+from .fast_kernels import FAST_KERNELS, GENERIC_ONLY, bias_add_fast
 from .gemm import gemm, gemm_reference
 from .windows import gemm_windows
 
@@ -123,7 +123,7 @@ def fp16_kernel(fast: bool = True, target=None):
     if chip is not None:
         arith = chip.arith(mm)  # its output saturation wraps the matmul: patches needed
     else:
-        arith = Arith.generic(mm, gemm_windows if fast else None)
+        arith = Arith.generic(mm, gemm_windows if fast else None, bias_add_fast if fast else None)
     fast_ops = {}
     if fast:
         fast_ops = {k: f for k, f in FAST_KERNELS.items() if chip is None or k not in GENERIC_ONLY}

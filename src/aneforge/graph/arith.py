@@ -48,12 +48,16 @@ class Arith:
             (N*G, Cout/G, K) weights and ``xp`` the padded NCHW input gives what
             ``backend(w3, patches)`` gives, bit for bit, or None where it does not
             apply (the convolution then builds its patches).
+        bias: an optional faster convolution bias add: ``bias(y, b)`` with ``b`` one fp16
+            value per channel shaped ``(C, 1, ...)`` gives ``y + b``'s fp16 bits, or
+            None where it does not apply (the convolution then adds in NumPy).
     """
 
     backend: Callable | None = None
     route: int | None = None
     wide: str | None = None
     windows: Callable | None = None
+    bias: Callable | None = None
 
     def __post_init__(self):
         route = self.route
@@ -67,10 +71,15 @@ class Arith:
             raise ValueError(f"Arith: wide must be one of {WIDE_MODES}, got {self.wide!r}")
 
     @classmethod
-    def generic(cls, matmul: Callable | None = None, windows: Callable | None = None) -> Arith:
+    def generic(
+        cls,
+        matmul: Callable | None = None,
+        windows: Callable | None = None,
+        bias: Callable | None = None,
+    ) -> Arith:
         """The generic model's policy with the contraction backend ``matmul`` (and the
-        convolution product ``windows``, see the class docstring)."""
-        return cls(matmul, windows=windows)
+        convolution product ``windows`` and bias add ``bias``, see the class docstring)."""
+        return cls(matmul, windows=windows, bias=bias)
 
     def matmul(self, a, b):
         """``(B, M, K) @ (B, K, N)`` through this policy's contraction backend."""

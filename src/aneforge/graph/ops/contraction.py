@@ -394,7 +394,14 @@ def _add_fp16(y, b):
 
 def _conv_emulate(inputs, attrs, arith):
     a = as_arith(arith)
-    return _conv_run(inputs, attrs, a.matmul, _add_fp16, a.windows)
+    add = _add_fp16
+    if a.bias is not None:
+
+        def add(y, b):
+            out = a.bias(y, b)
+            return _add_fp16(y, b) if out is None else out
+
+    return _conv_run(inputs, attrs, a.matmul, add, a.windows)
 
 
 def _conv_exact(inputs, attrs):
