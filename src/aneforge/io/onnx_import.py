@@ -9,7 +9,8 @@ import would allocate is checked first (:mod:`.onnx_sizes`). Output: an
 ``.compile()`` turns it into a Program. The module is split by job: errors in
 :mod:`.onnx_errors`, values and the handler context in :mod:`.onnx_values`, function
 expansion in :mod:`.onnx_functions`, names in :mod:`.onnx_graph`, the op table in
-:mod:`.onnx_ops`.
+:mod:`.onnx_ops`, the exporter's chains for one ATen op (GELU, an N-D Linear) read as
+that op's mapping in :mod:`.onnx_fuse`.
 
 How values are handled (the contract the tests check):
 
@@ -89,6 +90,7 @@ from .onnx_errors import (
 )
 from .onnx_fold import FoldBudget, LeftNode, Partition, fold_work, resolve_budget
 from .onnx_functions import FunctionExpansion
+from .onnx_fuse import Fusions
 from .onnx_graph import NodeNames, apply_names, node_label, topological
 from .onnx_integers import ONNX_INT_BOUNDS, IntInput, IntView, integer_node, typed_inputs
 from .onnx_load import DEFAULT_DOMAINS, MIN_OPSET, load_model, one_line
@@ -245,6 +247,7 @@ class _Importer(FunctionExpansion):
         self.budget = FoldBudget(0)  # the float folding budget (from_onnx sets it)
         self.partition = Partition()
         self.int_inputs: list[IntInput] = []
+        self.fusions = Fusions(model.graph, {})  # chains imported as one op (onnx_fuse)
 
     # ---- set-up ----------------------------------------------------------------------
     def _input_shape(self, vi) -> tuple[int, ...]:
@@ -353,6 +356,7 @@ class _Importer(FunctionExpansion):
                 f"from_onnx: input_ranges= names no float graph input (nor integer one): "
                 f"{unranged}; the inputs are {names}"
             )
+        self.fusions.env = env
         self.convert(graph.node, env, self.opset)
         outputs = []
         for vi in graph.output:
@@ -510,7 +514,9 @@ class _Importer(FunctionExpansion):
                 if folded is not None:
                     self._count_folded(folded)
                     return folded
-            outs = self.dispatch(node, ins, opset, env, fold=fold)
+            outs = self.fusions.apply(self, node, env, opset)
+            if outs is None:
+                outs = self.dispatch(node, ins, opset, env, fold=fold)
             self._count_folded(outs)
             for name, value in zip(node.output, outs):
                 if isinstance(value, Tensor):
