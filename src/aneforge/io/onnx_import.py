@@ -247,7 +247,7 @@ class _Importer(FunctionExpansion):
         self.budget = FoldBudget(0)  # the float folding budget (from_onnx sets it)
         self.partition = Partition()
         self.int_inputs: list[IntInput] = []
-        self.fusions = Fusions(model.graph, {})  # chains imported as one op (onnx_fuse)
+        self.fusions: Fusions | None = None  # chains imported as one op (onnx_fuse)
 
     # ---- set-up ----------------------------------------------------------------------
     def _input_shape(self, vi) -> tuple[int, ...]:
@@ -356,7 +356,7 @@ class _Importer(FunctionExpansion):
                 f"from_onnx: input_ranges= names no float graph input (nor integer one): "
                 f"{unranged}; the inputs are {names}"
             )
-        self.fusions.env = env
+        self.fusions = Fusions(graph, env)
         self.convert(graph.node, env, self.opset)
         outputs = []
         for vi in graph.output:
@@ -514,7 +514,7 @@ class _Importer(FunctionExpansion):
                 if folded is not None:
                     self._count_folded(folded)
                     return folded
-            outs = self.fusions.apply(self, node, env, opset)
+            outs = None if self.fusions is None else self.fusions.apply(self, node, env, opset)
             if outs is None:
                 outs = self.dispatch(node, ins, opset, env, fold=fold)
             self._count_folded(outs)

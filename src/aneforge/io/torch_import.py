@@ -475,7 +475,9 @@ class _Walker:
             return
         mark = creation_mark()
         try:
-            value = self.folds.norm_value(node, env) or self._evaluate(node, key, args, kwargs)
+            value = self.folds.norm_value(node, env)  # a batch norm folded into its conv
+            if value is None:
+                value = self._evaluate(node, key, args, kwargs)
         except Unsupported:
             self._count(key, node)
             value = self._placeholder(node)
