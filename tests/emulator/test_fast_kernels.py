@@ -256,7 +256,9 @@ def test_portable_codegen_matches_reference(env):
 # ---- a convolution's bias add ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape", [(1, 3, 300, 300), (2, 7, 9, 1100), (1, 64, 1024)])
+@pytest.mark.parametrize(
+    "shape", [(1, 3, 300, 300), (2, 7, 9, 1100), (1, 64, 1024), (1, 5, 13, 13), (2, 3, 1)]
+)  # the last two run on one thread (under _SERIAL_ELEMENTS)
 def test_bias_add_gives_numpys_fp16_add_on_random_bits(shape):
     rng = np.random.default_rng(sum(shape))
     y = rng.integers(0, 1 << 16, shape, dtype=np.uint16).view(np.float16)
@@ -273,7 +275,6 @@ def test_bias_add_declines_what_is_not_one_value_per_channel():
     assert fk.bias_add_fast(y, np.ones((4, 2, 1), np.float16)) is None
     assert fk.bias_add_fast(y, np.ones((4,), np.float16)) is None  # would broadcast on W
     assert fk.bias_add_fast(y, np.ones((4, 1, 1), np.float32)) is None
-    assert fk.bias_add_fast(y[:, :, :8, :8], np.ones((4, 1, 1), np.float16)) is None  # small
 
 
 def test_a_conv_with_a_bias_gives_the_reference_bits_on_the_fast_path():

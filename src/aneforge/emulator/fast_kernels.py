@@ -60,8 +60,9 @@ _load_lock = threading.Lock()
 
 
 # Set by _define_kernels once numba has imported: the compiled _bn_kernel_py, parallel
-# and serial, _dw_kernel_py and _bias_kernel_py.
-_h2f = _r16 = _f32_to_f16_bits = _bn_par_jit = _bn_ser_jit = _dw_jit = _bias_jit = None
+# and serial, _dw_kernel_py, and _bias_kernel_py, parallel and serial.
+_h2f = _r16 = _f32_to_f16_bits = _bn_par_jit = _bn_ser_jit = _dw_jit = None
+_bias_par_jit = _bias_ser_jit = None
 
 
 def _bn_par(*args):
@@ -90,7 +91,8 @@ def _load() -> bool:
 
 def _define_kernels() -> None:
     """Define the numba intrinsics and the kernels (each compiled on its first call)."""
-    global _h2f, _r16, _f32_to_f16_bits, _bn_par_jit, _bn_ser_jit, _dw_jit, _bias_jit
+    global _h2f, _r16, _f32_to_f16_bits, _bn_par_jit, _bn_ser_jit, _dw_jit
+    global _bias_par_jit, _bias_ser_jit
 
     @intrinsic
     def _h2f(typingctx, bits):
@@ -127,12 +129,14 @@ def _define_kernels() -> None:
         _bn_par_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_bn_kernel_py)
         _bn_ser_jit = numba.njit(nogil=True, cache=_cache)(_bn_kernel_py)
         _dw_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_dw_kernel_py)
-        _bias_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_bias_kernel_py)
+        _bias_par_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_bias_kernel_py)
+        _bias_ser_jit = numba.njit(nogil=True, cache=_cache)(_bias_kernel_py)
     except Exception:  # no writable cache location: compile per process instead
         _bn_par_jit = numba.njit(parallel=True, nogil=True)(_bn_kernel_py)
         _bn_ser_jit = numba.njit(nogil=True)(_bn_kernel_py)
         _dw_jit = numba.njit(parallel=True, nogil=True)(_dw_kernel_py)
-        _bias_jit = numba.njit(parallel=True, nogil=True)(_bias_kernel_py)
+        _bias_par_jit = numba.njit(parallel=True, nogil=True)(_bias_kernel_py)
+        _bias_ser_jit = numba.njit(nogil=True)(_bias_kernel_py)
 
 
 def _dw_kernel_py(xp, w, bias, geo, out):
@@ -424,12 +428,16 @@ def _run_bias_add(y, b):
     c = y.shape[1]
     if y.dtype != np.float16 or b.dtype != np.float16 or b.size != c or b.ndim != y.ndim - 1:
         return None
-    if any(d != 1 for d in b.shape[1:]) or y.size < _SERIAL_ELEMENTS:
-        return None  # not one value per channel, or too small for a launch to pay
+    if any(d != 1 for d in b.shape[1:]):
+        return None  # not one value per channel
     y2 = np.ascontiguousarray(y).view(np.uint16).reshape(y.shape[0] * c, -1)
     out = np.empty(y2.shape, np.uint16)
-    with _launch_lock:
-        _bias_jit(y2, b.reshape(c).astype(np.float32), out)
+    b32 = b.reshape(c).astype(np.float32)
+    if y.size < _SERIAL_ELEMENTS:  # one thread: waking the pool would cost more
+        _bias_ser_jit(y2, b32, out)
+    else:
+        with _launch_lock:
+            _bias_par_jit(y2, b32, out)
     return out.view(np.float16).reshape(y.shape)
 
 
@@ -442,15 +450,18 @@ def _bias_add_matches() -> bool:
     y[0, :, :4] = [[65504, -0.0, 2049, 6e-8]] * 5
     b = rng.integers(0, 1 << 16, (5, 1), dtype=np.uint16).view(np.float16)
     b[:4, 0] = [65504, 0.0, 1.0, -6e-8]
-    got = _run_bias_add(y, b)
+    small = y[:, :, :7]  # the serial kernel
     with np.errstate(all="ignore"):
-        return got is not None and _gemm._same_bits(got, y + b)
+        return all(
+            (got := _run_bias_add(v, b)) is not None and _gemm._same_bits(got, v + b)
+            for v in (y, small)
+        )
 
 
 def bias_add_fast(y, b):
     """A convolution's bias add, ``y + b`` in fp16 with ``b`` one value per channel
     (axis 1) shaped ``(C, 1, ...)``, compiled, with NumPy's bits; None where it does not
-    apply (another shape, under 65,536 elements) or cannot run here (then one
+    apply (not one value per channel) or cannot run here (then one
     :class:`~aneforge.emulator.gemm.FastPathWarning` per process says why). The
     ``bias`` backend of :class:`~aneforge.graph.arith.Arith`.
 
