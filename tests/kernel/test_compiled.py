@@ -21,6 +21,7 @@ from aneforge.graph.registry import get_op
 from aneforge.kernel import compiled, jitlib
 from aneforge.kernel.codegen import Unsupported, generate, table
 from aneforge.kernel.interpret import execute
+from aneforge.kernel.ir import Buffer, Code, For, Get, Op, Set, it
 from aneforge.kernel.lower import region_nodes
 
 #: One target per capability family with a MIL path (2..5), and the generic model.
@@ -247,3 +248,33 @@ def test_an_unwritable_cache_folder_compiles_in_memory(tmp_path, monkeypatch):
     (got,) = compiled.run_plan(plan, _env(prog, xs)).values()
     assert _same(got, execute_fp16(prog, xs, regions=False)[0])
     assert blocker.read_text().startswith("a file")  # nothing written over it
+
+
+def _shuffle_code(groups, per_group, stride):
+    """y[stride * g + c, s] = relu(x[per_group * g + c... ]) over g < groups, c <
+    per_group and s < 4096: a channel shuffle's store when ``stride == per_group``."""
+    channels = stride * (groups - 1) + per_group
+    x = Get("x", (it("c") * groups + it("g"), it("s")))
+    store = Set("y", (it("g") * stride + it("c"), it("s")), Op("relu", (x,)))
+    nest = For("g", 0, groups - 1, (For("c", 0, per_group - 1, (For("s", 0, 4095, (store,)),)),))
+    buffers = (
+        Buffer("x", (groups * per_group, 4096), kind="input"),
+        Buffer("y", (channels, 4096), kind="output"),
+    )
+    return Code("shuffle", buffers, (nest,))
+
+
+@pytest.mark.parametrize(
+    ("stride", "parallel"),
+    # stride 7 < 8 channels per group: groups overlap, so only the channels within a
+    # group (not the groups) are told apart
+    [(8, "_i0"), (9, "_i0"), (7, "_i1")],
+)
+def test_the_outermost_loop_that_writes_distinct_cells_runs_in_parallel(stride, parallel):
+    code = _shuffle_code(3, 8, stride)
+    kernel = generate(code, code.body)
+    loops = [ln.split()[1] for ln in kernel.source.splitlines() if "numba.prange" in ln]
+    assert loops == [parallel]
+    feeds = {"x": _with_specials((24, 4096), np.random.default_rng(stride))}
+    want = execute(code, feeds).outputs["y"]
+    assert _same(want, _run_code(code, kernel, feeds)["y"])

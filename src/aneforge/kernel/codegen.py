@@ -566,17 +566,44 @@ def _trips(outer: For, target: For) -> int:
 
 
 def _distinct(loop: For) -> bool:
-    """Whether every store in ``loop`` lands on a cell indexed by ``loop``'s iterator
-    alone on some axis (so iterations never write one cell) and no local outlives an
-    iteration."""
+    """Whether iterations of ``loop`` never write one cell and no local outlives an
+    iteration: every store has an axis whose index tells ``loop``'s iterator apart
+    (:func:`_separates`)."""
     declared = {s.name for s in walk(loop.body) if isinstance(s, (DeclareLocal, LocalScope))}
+    trips = {f.index: f.trips for f in walk(loop) if isinstance(f, For)}
     for item in walk(loop.body):
         if isinstance(item, Zero):
             return False
         if isinstance(item, SetLocal) and item.name not in declared:
             return False
-        if isinstance(item, Set) and not any(a.terms == ((loop.index, 1),) for a in item.index):
+        if isinstance(item, Set) and not any(_separates(a, loop.index, trips) for a in item.index):
             return False
+    return True
+
+
+def _separates(index, name: str, trips: dict) -> bool:
+    """Whether two cells ``index`` reaches are equal only where iterator ``name`` is too:
+    ``index`` reads ``name`` and is one-to-one in the iterators of ``trips`` it reads
+    (the others, outer loops, are fixed in a parallel loop's iterations). That holds
+    when its terms, by ascending coefficient, form a mixed radix: each coefficient
+    exceeds the span of the smaller terms (``c * (trips - 1)`` summed), as a channel
+    index ``C/g * i + j`` (j < C/g) of a channel shuffle does.
+
+    Example:
+        >>> from aneforge.kernel.ir import it
+        >>> _separates(it("i") * 4 + it("j"), "i", {"i": 3, "j": 4})
+        True
+        >>> _separates(it("i") * 4 + it("j"), "i", {"i": 3, "j": 5})  # 4*1 + 0 == 4*0 + 4
+        False
+    """
+    coeffs = index.coeffs
+    if name not in coeffs:
+        return False
+    span = 0
+    for c, n in sorted((abs(c), trips[k]) for k, c in coeffs.items() if k in trips):
+        if c <= span:
+            return False
+        span += c * max(n - 1, 0)
     return True
 
 
