@@ -42,7 +42,7 @@ from aneforge.graph.rewrite import (
     Rule,
     rewrite,
 )
-from aneforge.graph.tensor import weight
+from aneforge.graph.tensor import make, weight
 from aneforge.optimizer.routes import LOSSLESS_CLASSES, route_registry, select_routes
 from aneforge.optimizer.rules import RULE_SETS
 from aneforge.optimizer.variants import build_variant
@@ -159,6 +159,61 @@ def _scalar(rng):
     return float(rng.choice([0.1, 0.3, -1.9, 3.7, 300.0, 1e-3]))
 
 
+def _plus_zero(t, rng):
+    """``t + (+0)`` (either side) or ``t - (-0)``: ``t`` with its -0 turned into +0."""
+    kind = int(rng.integers(3))
+    if kind == 2:
+        return t - np.full(t.shape[-1:], -0.0)
+    zero = 0.0 if rng.random() < 0.5 else np.zeros(t.shape)
+    return t + zero if kind == 0 else zero + t
+
+
+def _sign_blind(t, rng):
+    """A zero-sign-blind op (softmax, a comparison) of ``t + (+0)``; the comparison's
+    other side sometimes holds zeros of both signs too."""
+    kind = int(rng.integers(3))
+    x = _plus_zero(t, rng)
+    if kind == 0:
+        return af.softmax(x, axis=int(rng.integers(t.ndim)))
+    other = float(rng.choice(SPECIALS))
+    if kind == 1:
+        other = np.where(rng.random(t.shape) < 0.5, 0.0, -0.0)
+    op = str(rng.choice(["equal", "not_equal", "less", "less_equal", "greater", "greater_equal"]))
+    pair = (x, other) if rng.random() < 0.5 else (other, x)
+    return make(op, *pair)
+
+
+def _predicate_not_zero(t, rng):
+    """``not_equal(p, +-0)`` of a predicate ``p``: a comparison, maybe moved first."""
+    p = make(str(rng.choice(["greater", "equal", "less_equal"])), t, float(rng.choice([0.0, 1.0])))
+    if rng.random() < 0.5:
+        p = p.reshape((p.size,)).reshape(p.shape)
+    zero = float(rng.choice([0.0, -0.0]))
+    return make("not_equal", p, zero) if rng.random() < 0.5 else make("not_equal", zero, p)
+
+
+def _scalar_weight(t, rng):
+    """An elementwise op with a size-1 weight of rank >= 1 that adds no output dim."""
+    value = np.full((1,) * int(rng.integers(1, t.ndim + 1)), rng.choice(SPECIALS[:7]))
+    op = str(rng.choice(["add", "sub", "mul", "div", "maximum", "less", "pow"]))
+    return make(op, t, weight(value)) if rng.random() < 0.5 else make(op, weight(value), t)
+
+
+def _tight_slice(t, rng):
+    """A slice whose begins or ends are not yet resolved (negative, past the dim, or
+    between two taken indices), or one of the whole tensor."""
+    begins, ends, steps = [], [], []
+    for d in t.shape:
+        s = int(rng.integers(1, 4))
+        b = int(rng.integers(0, d))
+        n = len(range(b, d, s))
+        e = b + (n - 1) * s + 1 + int(rng.integers(0, s + 2))  # past the last index taken
+        begins.append(b - d if rng.random() < 0.3 else b)
+        ends.append(e if rng.random() < 0.8 else d + 5)
+        steps.append(s)
+    return make("slice", t, begins=tuple(begins), ends=tuple(ends), steps=tuple(steps))
+
+
 _BUILDERS = {
     "drop_cast": lambda t, rng: af.cast(t),
     "identity_reshape": lambda t, rng: t.reshape(t.shape),
@@ -175,7 +230,23 @@ _BUILDERS = {
     "fold_add_chain": lambda t, rng: (t + _scalar(rng)) + _scalar(rng),
     "const_fold": _const_subgraph,
     "cumsum_to_matmul": lambda t, rng: af.cumsum(t),
+    "blind_plus_zero": _sign_blind,
+    "predicate_not_zero": _predicate_not_zero,
+    "scalar_weight_operand": _scalar_weight,
+    "tight_slice": _tight_slice,
 }
+
+
+def _bmm_batch_view_case(rng):
+    """``reshape(bmm(reshape(a), reshape(b)))`` merging 1-3 batch dims into one (or
+    splitting them), then a random unary op."""
+    batch = tuple(int(d) for d in rng.integers(1, 4, size=int(rng.integers(0, 3))))
+    m, k, n = (int(v) for v in rng.integers(1, 6, 3))
+    a, b = af.input((*batch, m, k)), af.input((*batch, k, n))
+    merged = (int(np.prod(batch, dtype=np.int64)),) if rng.random() < 0.8 else (1,) + batch
+    y = af.bmm(a.reshape((*merged, m, k)), b.reshape((*merged, k, n)))
+    post = _UNARY[int(rng.integers(len(_UNARY)))]
+    return post(y.reshape((*batch, m, n))), [a, b]
 
 
 def _sum_case(rng):
@@ -240,6 +311,7 @@ def _lrn_case(rng):
 
 _CASES = {name: (lambda rng, b=b: _around(rng, b)) for name, b in _BUILDERS.items()}
 _CASES["reduce_sum_to_matmul"] = _sum_case
+_CASES["bmm_batch_view"] = _bmm_batch_view_case
 _CASES["route_sdpa"] = _sdpa_case
 _CASES["route_minmax_norm"] = _minmax_case
 _CASES["route_flatten"] = _flatten_case

@@ -155,7 +155,10 @@ def test_add_plus_zero_stays_since_it_turns_minus_zero_into_plus_zero(zero):
     # x + (+0) is not x bit for bit (-0 + 0 is +0, and 1/-0 is -inf)
     x = af.input((2, 3))
     for y in (x + zero, zero + x):
-        assert canonicalize(y) is y
+        out = canonicalize(y)  # a zero operand of any shape may become a rank-0 zero
+        assert out.op == "add" and out.shape == y.shape and x in out.srcs
+        (zero_weight,) = (s for s in out.srcs if s is not x)
+        assert np.all(zero_weight.value == 0) and not np.signbit(zero_weight.value).any()
 
 
 def test_add_minus_zero():

@@ -137,6 +137,11 @@ class Flag(str, enum.Enum):
     #: its result is a float32 accumulator's value that the output stage rounds once (a
     #: narrow sum, cumsum's matmul): a policy that keeps wide values keeps it unrounded
     WIDE_RESULT = "wide_result"
+    #: every value is +0.0 or 1.0, whatever its inputs (a comparison's truth value)
+    PREDICATE = "predicate"
+    #: its output bits do not depend on the sign of any zero among its inputs' values
+    #: (``-0`` and ``+0`` read alike: comparisons, softmax's ``exp(x - max)``)
+    ZERO_SIGN_BLIND = "zero_sign_blind"
 
 
 class FlagSet(frozenset):

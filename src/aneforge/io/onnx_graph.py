@@ -27,6 +27,8 @@ from __future__ import annotations
 from ..graph.naming import user_name
 from ..graph.tensor import Tensor, with_srcs
 from ..graph.walk import topological_order
+from ..optimizer.dedupe import merge_duplicates
+from ..optimizer.rules import canonicalize
 
 
 def node_label(node) -> str:
@@ -90,6 +92,27 @@ def apply_names(outputs, names: NodeNames, replace=None) -> list[Tensor]:
             new = new.named(name)
         memo[id(node)] = new
     return [memo[id(t)] for t in outputs]
+
+
+def finish_outputs(outputs, names: NodeNames, replace=None) -> list[Tensor]:
+    """An import's outputs as its graph holds them: named (:func:`apply_names`), in
+    canonical form (:func:`~aneforge.optimizer.rules.canonicalize`: the bit-identical
+    CANONICAL rules) and with repeated nodes merged
+    (:func:`~aneforge.optimizer.dedupe.merge_duplicates`), the same bits for every
+    input. Both importers end here, so one model spelt two ways (an ONNX file, a
+    torch.export graph) reaches the compiler spelt one way where these can tell:
+    composed transposes, a bmm's batch dims left unmerged, resolved slice bounds, an
+    expression computed once...
+
+    Example:
+        >>> import aneforge as af
+        >>> x = af.input((2, 3, 4), name="x")
+        >>> y = af.transpose(af.transpose(x, (1, 0, 2)), (0, 2, 1))
+        >>> out = finish_outputs([y], NodeNames())[0]
+        >>> out.op, out.attrs["perm"], out.srcs[0] is x
+        ('transpose', (1, 2, 0), True)
+    """
+    return merge_duplicates(canonicalize(apply_names(outputs, names, replace)))
 
 
 def topological(nodes, env) -> list:

@@ -91,7 +91,7 @@ from .onnx_errors import (
 from .onnx_fold import FoldBudget, LeftNode, Partition, fold_work, resolve_budget
 from .onnx_functions import FunctionExpansion
 from .onnx_fuse import Fusions
-from .onnx_graph import NodeNames, apply_names, node_label, topological
+from .onnx_graph import NodeNames, finish_outputs, node_label, topological
 from .onnx_integers import ONNX_INT_BOUNDS, IntInput, IntView, integer_node, typed_inputs
 from .onnx_load import DEFAULT_DOMAINS, MIN_OPSET, load_model, one_line
 from .onnx_sizes import GROWING_OPS, check_node_outputs
@@ -377,7 +377,7 @@ class _Importer(FunctionExpansion):
         for msg in self.notes:
             warnings.warn(msg, OnnxImportWarning, stacklevel=3)
         self._warn_saturated()
-        outputs = apply_names(outputs, self.names, final)
+        outputs = finish_outputs(outputs, self.names, final)
         inputs = [final.get(id(t), t) for t in inputs]
         self._count_engine(outputs)
         return OnnxGraph(

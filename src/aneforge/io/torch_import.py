@@ -82,7 +82,7 @@ from .onnx_errors import (
     unsupported_model,
 )
 from .onnx_fold import Partition
-from .onnx_graph import NodeNames, apply_names
+from .onnx_graph import NodeNames, finish_outputs
 from .onnx_import import OnnxGraph, _given_shape, _Importer
 from .onnx_integers import IntInput, IntView, typed_inputs
 from .onnx_load import one_line
@@ -342,7 +342,7 @@ class _Walker:
         for msg in self.notes:
             warnings.warn(msg, TorchImportWarning, stacklevel=3)
         self._warn_saturated()
-        outputs = apply_names(outputs, self.names, final)
+        outputs = finish_outputs(outputs, self.names, final)
         part = self.partition
         part.source, part.onnx_nodes = "ATen", len(records)
         part.folded = sum(isinstance(value, Host) for _, value, _ in records)

@@ -4,6 +4,7 @@ The rewrite engine it drives is :mod:`aneforge.graph.rewrite` (re-exported here)
 """
 
 from ..graph.rewrite import RewriteReport, Rule, rewrite
+from .dedupe import merge_duplicates
 from .rules import CANONICAL, NUMERIC, REDUCE_TO_MATMUL, canonicalize, reduce_sum_to_matmul
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "RewriteReport",
     "Rule",
     "canonicalize",
+    "merge_duplicates",
     "reduce_sum_to_matmul",
     "rewrite",
 ]

@@ -30,9 +30,10 @@ import numpy as np
 from ..emulator.fold import fold_constant  # the emulator's fp16 kernels, never float64
 from ..graph.facts import Flag
 from ..graph.fp16 import round_fp16
+from ..graph.naming import user_name
 from ..graph.registry import all_ops, get_op
 from ..graph.rewrite import BIT_IDENTICAL, EQUAL_OR_BETTER, LOSSY, Rule, rewrite
-from ..graph.tensor import Tensor, make, weight
+from ..graph.tensor import Tensor, make, weight, with_srcs
 
 # Constant subgraphs up to this many elements are folded (bigger ones stay weights
 # computed on the device, so folding never bloats the weight file).
@@ -115,6 +116,122 @@ def _double_neg(node):
     return src.srcs[0] if src.op == "neg" else None
 
 
+def _bmm_batch_view(node):
+    # reshape(bmm(reshape(a), reshape(b))) -> bmm(a, b) when the reshapes only merge the
+    # same batch dims of a and b into one and split them again: each batch element's
+    # product is computed alone (the kernel flattens the batch dims itself), so it is
+    # the same product of the same values, in the same order.
+    y = node.srcs[0]
+    if y.op != "bmm" or any(s.op != "reshape" for s in y.srcs):
+        return None
+    (ra, rb), (a,), (b,) = y.srcs, y.srcs[0].srcs, y.srcs[1].srcs
+    if min(a.ndim, b.ndim, ra.ndim, rb.ndim) < 2:
+        return None  # a vector operand is not a batch of matrices
+    batch = a.shape[:-2]
+    if (a.shape[-2:], b.shape[-2:]) != (ra.shape[-2:], rb.shape[-2:]):
+        return None  # a reshape that moves rows or columns, not batch dims
+    if b.shape[:-2] != batch or rb.shape[:-2] != ra.shape[:-2]:
+        return None  # broadcast batch dims: not one batch laid out two ways
+    return make("bmm", a, b) if node.shape == batch + y.shape[-2:] else None
+
+
+def _plus_zero_operand(t: Tensor) -> Tensor | None:
+    """``x`` when ``t`` is ``x + (+0)`` (either side) or ``x - (-0)`` with ``x`` of
+    ``t``'s shape: the same value as ``x`` but for a ``-0``, which becomes ``+0``."""
+    if t.op == "add":
+        for x, zero in (t.srcs, t.srcs[::-1]):
+            if _weight_equal_to(zero, 0.0) and x.shape == t.shape:
+                return x
+    if t.op == "sub" and _weight_equal_to(t.srcs[1], -0.0) and t.srcs[0].shape == t.shape:
+        return t.srcs[0]
+    return None
+
+
+def _blind_plus_zero(node):
+    # f(x + (+0)) -> f(x) for an op f whose record says it cannot see the sign of a zero
+    # (Flag.ZERO_SIGN_BLIND): x + (+0) differs from x only in turning -0 into +0.
+    srcs = [_plus_zero_operand(s) for s in node.srcs]
+    return with_srcs(node, [s if x is None else x for s, x in zip(node.srcs, srcs)])
+
+
+def _is_predicate(t: Tensor) -> bool:
+    """Whether every value of ``t`` is +0.0 or 1.0: a ``Flag.PREDICATE`` op's output, a
+    weight of only those values, or a movement (``Flag.MOVEMENT``) of such values."""
+    stack = [t]
+    while stack:
+        t = stack.pop()
+        if t.op == "weight":
+            v = np.asarray(t.value)
+            if not np.all((v == 1) | ((v == 0) & ~np.signbit(v))):
+                return False
+            continue
+        flags = get_op(t.op).flags
+        if Flag.PREDICATE in flags:
+            continue
+        if Flag.MOVEMENT not in flags or not t.srcs:
+            return False
+        stack.extend(t.srcs)  # every value of a movement is a value of a source
+    return True
+
+
+def _predicate_not_zero(node):
+    # not_equal(p, +-0) -> p for a predicate p: 1 != 0 is 1, +0 != 0 is +0, bit for bit.
+    for p, zero in (node.srcs, node.srcs[::-1]):
+        is_zero = _weight_equal_to(zero, 0.0) or _weight_equal_to(zero, -0.0)
+        if is_zero and p.shape == node.shape and _is_predicate(p):
+            return p
+    return None
+
+
+def _uniform(value) -> bool:
+    """Whether every element of ``value`` has the same bits (NaN never does)."""
+    v = np.asarray(value)
+    first = v.flat[0]
+    return bool(np.all(v == first) and np.all(np.signbit(v) == np.signbit(first)))
+
+
+def _scalar_weight_operand(node):
+    # A uniform weight operand (size 1, or every element the same bits: ATen's
+    # zeros_like) of a broadcasting elementwise op is a rank-0 weight: it broadcasts to
+    # the same values; only its dims could add output dims, and the rewrite applies
+    # only where the output keeps its shape.
+    if len(node.srcs) < 2:
+        return None
+    srcs = [
+        weight(np.asarray(s.value).reshape(-1)[:1].reshape(()), name=user_name(s))
+        if s.op == "weight" and s.ndim > 0 and (s.size == 1 or _uniform(s.value))
+        else s
+        for s in node.srcs
+    ]
+    if all(a is b for a, b in zip(srcs, node.srcs)):
+        return None
+    new = make(node.op, *srcs, **node.attrs)
+    return new if new.shape == node.shape else None
+
+
+def _tight_slice(node):
+    # A slice as its Python bounds resolved: begins in [0, dim), each end one past the
+    # last index taken (ends past the dim, or between two taken indices, select the
+    # same elements); a slice of the whole tensor is the tensor itself.
+    x = node.srcs[0]
+    if node.shape == x.shape:
+        return x  # steps >= 1: as many elements as the dim means all of them, in order
+    steps = node.attrs["steps"] or (1,) * x.ndim
+    bounds = [slice(b, e, s).indices(d) for d, b, e, s in
+              zip(x.shape, node.attrs["begins"], node.attrs["ends"], steps)]  # fmt: skip
+    begins = tuple(b for b, _, _ in bounds)
+    ends = tuple(b + (n - 1) * s + 1 for (b, _, s), n in zip(bounds, node.shape))
+    if (begins, ends) == (tuple(node.attrs["begins"]), tuple(node.attrs["ends"])):
+        return None
+    return make("slice", x, begins=begins, ends=ends, steps=node.attrs["steps"])
+
+
+#: The elementwise ops (broadcasting their operands), for the rank-0 weight rule.
+_ELEMENTWISE = tuple(sorted(n for n, op in all_ops().items() if Flag.ELEMENTWISE in op.flags))
+#: The ops that cannot see the sign of a zero (Flag.ZERO_SIGN_BLIND).
+_SIGN_BLIND = tuple(sorted(n for n, op in all_ops().items() if Flag.ZERO_SIGN_BLIND in op.flags))
+
+
 _BIT = BIT_IDENTICAL
 CANONICAL = (
     Rule("drop_cast", ("cast",), _drop_cast, _BIT, "cast to fp16 is the identity"),
@@ -126,7 +243,17 @@ CANONICAL = (
     Rule("add_zero", ("add",), _add_zero, _BIT, "x + (-0) -> x"),
     Rule("sub_zero", ("sub",), _sub_zero, _BIT, "x - (+0) -> x"),
     Rule("double_neg", ("neg",), _double_neg, _BIT, "-(-x) -> x"),
-)
+    Rule("bmm_batch_view", ("reshape",), _bmm_batch_view, _BIT,
+         "reshape(bmm(reshape(a), reshape(b))) -> bmm(a, b) when they only merge batch dims"),
+    Rule("blind_plus_zero", _SIGN_BLIND, _blind_plus_zero, _BIT,
+         "f(x + (+0)) -> f(x) for an f blind to the sign of zero"),
+    Rule("predicate_not_zero", ("not_equal",), _predicate_not_zero, _BIT,
+         "not_equal(p, 0) -> p for a 0/1 predicate p"),
+    Rule("scalar_weight_operand", _ELEMENTWISE, _scalar_weight_operand, _BIT,
+         "a uniform weight operand of an elementwise op as a rank-0 weight"),
+    Rule("tight_slice", ("slice",), _tight_slice, _BIT,
+         "slice bounds resolved (ends one past the last index); a whole-tensor slice -> x"),
+)  # fmt: skip
 
 # ---- numeric (tuner-gated) ------------------------------------------------------------
 

@@ -593,7 +593,7 @@ for _name, (_fn, _always, _never) in COMPARE.items():
             doc=f"1.0 where {_name}(a, b) else 0.0 (nan compares false)",
             sign=nonnegative,
             range=_compare_range(_always, _never),
-            flags=(Flag.ELEMENTWISE, Flag.BINARY),
+            flags=(Flag.ELEMENTWISE, Flag.BINARY, Flag.PREDICATE, Flag.ZERO_SIGN_BLIND),
             nest=_scalar_nest(_COMPARE_SCALAR[_name]),
         )
     )

@@ -316,7 +316,7 @@ register(
         doc="exp(x - max) / sum(exp(x - max)) along axis (narrow sum)",
         sign=nonnegative,
         range=softmax_range,
-        flags=(Flag.SATURATES,),
+        flags=(Flag.SATURATES, Flag.ZERO_SIGN_BLIND),  # exp(+-0 - max) reads the same
         narrow=NarrowSum(_axis_terms, TermSign.SAME, SOFTMAX_FIX),  # a sum of exponentials
         overflow_fix=LOGITS_OVERFLOW_FIX,
         nest=LoopNest("row", form="softmax"),
