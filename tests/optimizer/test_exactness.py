@@ -230,6 +230,7 @@ _BUILDERS = {
     "fold_add_chain": lambda t, rng: (t + _scalar(rng)) + _scalar(rng),
     "const_fold": _const_subgraph,
     "cumsum_to_matmul": lambda t, rng: af.cumsum(t),
+    "pow_two": lambda t, rng: make("pow", t, 2.0) if rng.random() < 0.5 else t**2,
     "blind_plus_zero": _sign_blind,
     "predicate_not_zero": _predicate_not_zero,
     "scalar_weight_operand": _scalar_weight,

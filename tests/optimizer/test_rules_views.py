@@ -171,6 +171,24 @@ def test_a_size_one_weight_that_adds_an_output_dim_keeps_its_rank():
     assert out.shape == (1, 3) and out.srcs[1].shape == (1, 1)
 
 
+# ---- pow_two -------------------------------------------------------------------------------
+
+
+def test_pow_two_is_square_on_every_fp16_value():
+    x = af.input((65536,))
+    every = np.arange(65536, dtype=np.uint16).view(np.float16)
+    y = make("pow", x, 2.0)
+    out = canonicalize(y)
+    assert out.op == "square" and out.srcs == (x,)
+    (want,) = execute_fp16(Program.from_outputs([y]), [every])
+    (got,) = execute_fp16(Program.from_outputs([out]), [every])
+    assert same_bits(got, want)
+    assert same_bits(np.asarray(af.compile(y, opt=0)(every), np.float16), want)
+    assert same_bits(np.asarray(af.compile(out, opt=0)(every), np.float16), want)
+    for other in (make("pow", x, 3.0), make("pow", x, af.input((65536,))), make("pow", 2.0, x)):
+        assert canonicalize(other).op == "pow"
+
+
 # ---- tight_slice ---------------------------------------------------------------------------
 
 

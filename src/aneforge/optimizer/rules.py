@@ -116,6 +116,13 @@ def _double_neg(node):
     return src.srcs[0] if src.op == "neg" else None
 
 
+def _pow_two(node):
+    # pow(x, 2) -> square(x): x ** 2 is exact before its one rounding either way (an fp16
+    # square needs 22 bits), so the bits agree for every fp16 x (tests check all 65536)
+    x, e = node.srcs
+    return make("square", x) if _weight_equal_to(e, 2.0) and x.shape == node.shape else None
+
+
 def _bmm_batch_view(node):
     # reshape(bmm(reshape(a), reshape(b))) -> bmm(a, b) when the reshapes only merge the
     # same batch dims of a and b into one and split them again: each batch element's
@@ -243,6 +250,7 @@ CANONICAL = (
     Rule("add_zero", ("add",), _add_zero, _BIT, "x + (-0) -> x"),
     Rule("sub_zero", ("sub",), _sub_zero, _BIT, "x - (+0) -> x"),
     Rule("double_neg", ("neg",), _double_neg, _BIT, "-(-x) -> x"),
+    Rule("pow_two", ("pow",), _pow_two, _BIT, "pow(x, 2) -> square(x)"),
     Rule("bmm_batch_view", ("reshape",), _bmm_batch_view, _BIT,
          "reshape(bmm(reshape(a), reshape(b))) -> bmm(a, b) when they only merge batch dims"),
     Rule("blind_plus_zero", _SIGN_BLIND, _blind_plus_zero, _BIT,
