@@ -92,6 +92,7 @@ def base_calls():
         "cast": ((x23(),), {"dtype": "float16"}),
         "gather": ((x23(),), {"indices": (1, 0), "axis": 0}),
         "embedding": ((w(5, 3), af.input((2, 3), dtype="uint16")), {}),
+        "embedding_fp16_ids": ((w(5, 3), x23()), {}),
         "int_to_fp16": ((af.input((2, 3), dtype="int16"),), {}),
         "max_pool": ((img,), {"kernel": 2, "stride": 2, "pad": 0}),
         "avg_pool": ((img,), {"kernel": 2, "stride": 2, "pad": 0, "count_include_pad": False}),

@@ -628,6 +628,15 @@ def build_embedding(ctx, x):
     return Step("embedding", af.embedding(x, ids), (x,), lambda e, v, out: e[0])
 
 
+def build_embedding_fp16_ids(ctx, x):
+    """Rows of x at fp16 whole-number ids computed on the engine (an integer input in
+    [0, rows) converted exactly: the tables here have far fewer than 2048 rows)."""
+    rows = x.shape[0] if x.ndim else 1
+    ids = integer_input(ctx, small_shape(ctx.draw, 2, (1, 2, 3, 4)), 0, rows - 1, "uint16")
+    y = af.make("embedding_fp16_ids", x, af.cast(ids))
+    return Step("embedding_fp16_ids", y, (x,), lambda e, v, out: e[0])
+
+
 def build_int_to_fp16(ctx, x):
     """x only lends its shape: the source is a new integer input (exact to |v| <= 2048
     in clean graphs; beyond, one fp16 rounding, a relative 2**-11)."""
@@ -670,6 +679,7 @@ SPECIAL_BUILDERS = {
     "select": build_select,
     "gather": build_gather,
     "embedding": build_embedding,
+    "embedding_fp16_ids": build_embedding_fp16_ids,
     "int_to_fp16": build_int_to_fp16,
 }
 

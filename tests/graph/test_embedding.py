@@ -1,7 +1,8 @@
-"""Integer inputs, the embedding gather and int_to_fp16 (graph/ops/extra.py).
+"""Integer inputs, the embedding gathers and int_to_fp16 (graph/ops/extra.py).
 
 Yardsticks: NumPy indexing (``table[ids]``) of the fp16 table for the embedding, whose
-rows must come back bit for bit; NumPy's float64 -> float16 conversion (IEEE round to
+rows must come back bit for bit (at integer ids, and at fp16 whole-number ids for
+``embedding_fp16_ids``); NumPy's float64 -> float16 conversion (IEEE round to
 nearest even) for int_to_fp16, checked at its documented edges (2048, 2049, 65504,
 65520).
 """
@@ -14,7 +15,7 @@ import pytest
 import aneforge as af
 from aneforge.emulator.interpreter import execute_float64, execute_fp16
 from aneforge.graph.hashing import structural_hash
-from aneforge.graph.ops.extra import IdRangeError
+from aneforge.graph.ops.extra import IdRangeError, IdValueError
 from aneforge.graph.registry import get_op
 from aneforge.graph.tensor import INTEGER_DTYPES, integer_feed, make, random_feed
 
@@ -224,3 +225,45 @@ def test_program_call_refuses_values_outside_the_declared_type():
         prog(np.array([[1, 70000]]))
     with pytest.raises(af.DTypeError, match="float64 array"):
         prog(np.array([[1.0, 2.0]]))
+
+
+# ---- embedding_fp16_ids: rows at fp16 whole-number ids computed on the engine ----------
+
+
+def _fp16_ids_prog(rows=40, width=5, shape=(2, 6)):
+    """Rows of a table at ``ids + 0``: fp16 ids fed as a float input, computed on the
+    engine (an add), as the importers' position ids are."""
+    table = _table(rows, width)
+    ids = af.input(shape, name="pos")
+    return table, _prog(make("embedding_fp16_ids", af.weight(table), ids + 0.0))
+
+
+def test_fp16_ids_pick_the_rows_of_the_table_bit_for_bit():
+    table, prog = _fp16_ids_prog(rows=2100)
+    feed = RNG.integers(0, 2049, (2, 6)).astype(np.float16)  # every whole fp16 to 2048
+    feed[0, :3] = [0, 2048, 2047]
+    want = table[feed.astype(np.int64)]  # NumPy indexing of the fp16 table
+    for fast in (True, False):
+        got = execute_fp16(prog, [feed], fast=fast)[0]
+        assert got.dtype == np.float16 and np.array_equal(got.view(np.uint16), want.view(np.uint16))
+    assert np.array_equal(execute_float64(prog, [feed])[0], want.astype(np.float64))
+
+
+@pytest.mark.parametrize(
+    ("bad", "shown"), [(2.5, "2.5"), (-1.0, "-1"), (40.0, "40"), (np.inf, "inf"), (np.nan, "nan")]
+)
+def test_an_fp16_id_that_is_not_a_row_is_refused_when_it_runs(bad, shown):
+    _, prog = _fp16_ids_prog(rows=40)
+    feed = np.zeros((2, 6), np.float16)
+    feed[1, 4] = bad
+    for run in (
+        lambda: execute_fp16(prog, [feed]),
+        lambda: execute_fp16(prog, [feed], fast=False),
+        lambda: execute_float64(prog, [feed]),
+    ):
+        with pytest.raises(IdValueError) as err:
+            run()
+        msg = str(err.value)
+        assert f"embedding_fp16_ids: id {shown} at index (1, 4)" in msg
+        assert "whole number in [0, 40)" in msg and "never rounded or clamped" in msg
+    assert issubclass(IdValueError, af.InputError)

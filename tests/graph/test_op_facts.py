@@ -92,6 +92,13 @@ def _samples() -> dict[str, list]:
     ids = af.input((2, 3), dtype="uint16", range=(0, 6))
     rows = af.input((4,), dtype="uint8", range=(0, v.shape[0] - 1))
     s["embedding"] = [make("embedding", _w((7, 4)), ids), make("embedding", v, rows)]
+    # fp16 ids computed on the engine are whole numbers: constant ones here (a random
+    # fp16 feed would be fractions, which the op refuses when it runs)
+    whole = af.weight(np.array([[0.0, 3.0, 6.0], [2.0, 2.0, 5.0]]))
+    s["embedding_fp16_ids"] = [
+        make("embedding_fp16_ids", _w((7, 4)), whole),
+        make("embedding_fp16_ids", v, af.weight(np.array([2.0, 0.0, 1.0, 2.0]))),
+    ]
     s["int_to_fp16"] = [
         make("int_to_fp16", af.input((2, 9), dtype="uint8")),
         make("int_to_fp16", af.input((5,), dtype="int16", range=(-3000, 3000))),

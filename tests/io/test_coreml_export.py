@@ -123,6 +123,9 @@ def _samples() -> dict[str, list]:
     ids = af.input((2, 3), name="ids", dtype="uint16", range=(0, 8))
     s["embedding"] = [af.embedding(_w((9, 4)), ids)]
     s["int_to_fp16"] = [af.cast(af.input((2, 5), name="mask", dtype="int16"))]
+    # fp16 whole-number ids, as the importers compute position ids on the engine
+    pos = af.cast(af.input((2, 3), name="pos", dtype="uint8", range=(0, 8)))
+    s["embedding_fp16_ids"] = [make("embedding_fp16_ids", _w((9, 4)), pos)]
     q, k, vv = af.input((2, 5, 4)), af.input((2, 7, 4)), af.input((2, 7, 3))
     s["sdpa"] = [br.sdpa(q, k, vv), br.sdpa(q, k, vv, scale=0.3, mask=_w((5, 7)))]
     s["argmax"] = [br.argmax(x, axis=1, keepdims=True)]
@@ -158,8 +161,9 @@ VALUE_CHECKED = (
     | {"select", "matmul", "bmm", "linear", "sum", "mean", "amax", "amin", "softmax",
        "cumsum", "layer_norm", "rms_norm", "group_norm", "l2_norm", "reshape", "transpose",
        "concat", "slice", "squeeze", "expand_dims", "cast", "gather", "embedding",
-       "int_to_fp16", "sdpa", "argmax", "topk", "sort", "minmax_norm", "flatten", "input_view",
-       "dynamic_slice", "cross_product", "cost_volume", "radius_search", "scaled_elementwise"}
+       "embedding_fp16_ids", "int_to_fp16", "sdpa", "argmax", "topk", "sort", "minmax_norm",
+       "flatten", "input_view", "dynamic_slice", "cross_product", "cost_volume",
+       "radius_search", "scaled_elementwise"}
 )  # fmt: skip
 
 

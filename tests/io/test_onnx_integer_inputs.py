@@ -23,7 +23,7 @@ from torch import nn
 import aneforge as af
 from aneforge.compiler.program import Program
 from aneforge.emulator.interpreter import execute_fp16
-from aneforge.graph.ops.extra import IdRangeError
+from aneforge.graph.ops.extra import IdRangeError, IdValueError
 from aneforge.graph.tensor import integer_feed
 from aneforge.io import from_onnx
 from aneforge.io.coreml_export import export_coreml, load_mil_program, load_spec, lower_program
@@ -324,7 +324,7 @@ def test_views_casts_and_shapes_of_an_integer_input():
     ("node", "needs", "shape"),
     [
         (helper.make_node("Add", ["ids", "one"], ["z"]), "integer arithmetic", (2, 4)),
-        (helper.make_node("Equal", ["ids", "one"], ["z"]), "integer arithmetic", (2, 4)),
+        (helper.make_node("Equal", ["ids", "big"], ["z"]), "below 2048", (2, 4)),
         (helper.make_node("CumSum", ["ids", "ax"], ["z"]), "integer arithmetic", (2, 4)),
         (helper.make_node("Gather", ["ids", "one"], ["z"], axis=1), "values moved", (2,)),
         (helper.make_node("Transpose", ["ids"], ["z"]), "values moved", (4, 2)),
@@ -333,7 +333,7 @@ def test_views_casts_and_shapes_of_an_integer_input():
     ],
 )
 def test_integer_arithmetic_on_run_time_data_is_refused_with_the_reason(node, needs, shape):
-    inits = [("one", np.array(1)), ("ax", np.array(1)),
+    inits = [("one", np.array(1)), ("ax", np.array(1)), ("big", np.array(2048)),
              ("table", np.ones((4, 4), np.float32))]  # fmt: skip
     follow = helper.make_node("Cast", ["z"], ["y"], to=F32)
     model = _model([node, follow], [("ids", I64, (2, 4))], [("y", F32, shape)], inits)
@@ -384,3 +384,201 @@ def test_an_unsigned_mask_and_an_input_read_only_for_its_shape():
     assert [t.name for t in prog.inputs] == ["m"]  # n's shape folded; its values unused
     got = execute_fp16(prog, [integer_feed(np.array([[3, 255]]), prog.inputs[0])])[0]
     assert got.tolist() == [[3.0, 510.0]]
+
+
+# ---- integers computed on the engine: RoBERTa's position ids (io/int_values.py) ----------
+
+PAD = 1
+
+
+def _positions_model(seq=8, rows=40, pad=PAD, exclusive=0, reverse=0, cast_to=TensorProto.INT32):
+    """RoBERTa's position ids as torch's exporter writes them, ``Equal, Not, Cast,
+    CumSum, Mul, Cast, Add``, then the position and token embeddings; outputs the rows,
+    the positions as float, and their sum."""
+    nodes = [
+        helper.make_node("Equal", ["ids", "pad"], ["eq"]),
+        helper.make_node("Not", ["eq"], ["keep"]),
+        helper.make_node("Cast", ["keep"], ["mask"], to=cast_to),
+        helper.make_node("CumSum", ["mask", "ax"], ["cs"], exclusive=exclusive, reverse=reverse),
+        helper.make_node("Mul", ["cs", "mask"], ["inc"]),
+        helper.make_node("Cast", ["inc"], ["inc64"], to=I64),
+        helper.make_node("Add", ["inc64", "pad"], ["pos"]),
+        helper.make_node("Gather", ["pos_table", "pos"], ["rows"]),
+        helper.make_node("Cast", ["pos"], ["posf"], to=F32),
+        helper.make_node("Gather", ["tok_table", "ids"], ["tok"]),
+        helper.make_node("Add", ["tok", "rows"], ["x"]),
+    ]
+    rng = np.random.default_rng(3)
+    # fp16 tables: a row copied exactly is the same number in float32 and fp16
+    pos_table = rng.standard_normal((rows, 4)).astype(np.float16).astype(np.float32)
+    tok_table = rng.standard_normal((VOCAB, 4)).astype(np.float16).astype(np.float32)
+    inits = [("pad", np.array(pad)), ("ax", np.array(1)), ("pos_table", pos_table),
+             ("tok_table", tok_table)]  # fmt: skip
+    outs = [("rows", F32, (2, seq, 4)), ("posf", F32, (2, seq)), ("x", F32, (2, seq, 4))]
+    return _model(nodes, [("ids", I64, (2, seq))], outs, inits)
+
+
+def _padded_ids(seq=8, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, VOCAB, (2, seq))
+    ids[0, -3:] = PAD  # right padding
+    ids[1, :2] = PAD  # and padding first
+    ids[1, 3] = PAD  # and inside
+    ids[0, 0] = VOCAB - 1  # past 2048 would need a larger vocabulary: the last row
+    return ids
+
+
+def _run(prog, ids, fast=True):
+    return execute_fp16(prog, [integer_feed(ids, prog.inputs[0])], fast=fast)
+
+
+@pytest.mark.parametrize(("exclusive", "reverse"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_position_ids_computed_from_the_ids_match_onnxruntime_exactly(exclusive, reverse):
+    model = _positions_model(exclusive=exclusive, reverse=reverse)
+    with pytest.warns(af.AneforgeWarning, match="compared with integer constants by"):
+        graph = from_onnx(model)
+    prog = graph.compile()
+    ops = [n.op for n in prog.compute_nodes]
+    # Not(Equal(ids, pad)) is one not_equal, as ATen's ne gives it
+    assert {"embedding_fp16_ids", "embedding", "int_to_fp16", "not_equal"} <= set(ops)
+    assert "equal" not in ops
+    session = ort.InferenceSession(model.SerializeToString())
+    for seed in range(3):
+        ids = _padded_ids(seed=seed)
+        want = session.run(None, {"ids": ids})
+        for fast in (True, False):
+            rows, posf, x = _run(prog, ids, fast)
+            assert np.array_equal(posf, want[1].astype(np.float16))  # the positions, exactly
+            assert np.array_equal(rows, want[0].astype(np.float16))  # their rows, bit for bit
+            # one fp16 add of two fp16 rows: float32's sum rounded once
+            assert np.array_equal(x, want[2].astype(np.float16))
+
+
+def test_the_positions_follow_the_padding_as_roberta_numbers_them():
+    prog = from_onnx(_positions_model()).compile()
+    ids = _padded_ids()
+    keep = ids != PAD
+    expect = np.cumsum(keep, axis=1) * keep + PAD  # fairseq's make_positions in NumPy
+    assert np.array_equal(_run(prog, ids)[1], expect.astype(np.float16))
+    assert _run(prog, ids)[1][1, :2].tolist() == [PAD, PAD]
+
+
+def _refused(model):
+    with pytest.raises(UnsupportedModelError) as err:
+        from_onnx(model)
+    return str(err.value), err.value
+
+
+def test_computed_integers_past_2048_are_refused_naming_the_interval():
+    # a cumsum along 3000 tokens: its partial sums reach 3000
+    msg, err = _refused(_positions_model(seq=3000, rows=4000))
+    assert "input 'ids' (int64) is a run-time integer input" in msg
+    assert "CumSum" in msg and "gives values in [0, 3000]" in msg and "past 2048" in msg
+    assert "constants={'ids': ...}" in msg and err.bind_inputs == ["ids"]
+    # big values: the 0/1 mask times 2000, summed along 8 tokens
+    nodes = [
+        helper.make_node("Equal", ["ids", "pad"], ["eq"]),
+        helper.make_node("Cast", ["eq"], ["m"], to=I64),
+        helper.make_node("Mul", ["m", "k"], ["big"]),  # [0, 2000]: still exact
+        helper.make_node("CumSum", ["big", "ax"], ["cs"]),  # [0, 16000]: refused
+        helper.make_node("Cast", ["cs"], ["y"], to=F32),
+    ]
+    inits = [("pad", np.array(PAD)), ("k", np.array(2000)), ("ax", np.array(1))]
+    msg, _ = _refused(_model(nodes, [("ids", I64, (2, 8))], [("y", F32, (2, 8))], inits))
+    assert "gives values in [0, 16000] (partial sums of up to 8 terms in [0, 2000])" in msg
+    # a Mul leaving the range: positions along 64 tokens squared
+    nodes = [
+        helper.make_node("Equal", ["ids", "pad"], ["eq"]),
+        helper.make_node("Cast", ["eq"], ["m"], to=I64),
+        helper.make_node("CumSum", ["m", "ax"], ["cs"]),  # [0, 64]
+        helper.make_node("Mul", ["cs", "cs"], ["sq"]),  # [0, 4096]: refused
+        helper.make_node("Cast", ["sq"], ["y"], to=F32),
+    ]
+    inits = [("pad", np.array(PAD)), ("ax", np.array(1))]
+    msg, _ = _refused(_model(nodes, [("ids", I64, (1, 64))], [("y", F32, (1, 64))], inits))
+    assert "Mul" in msg and "gives values in [0, 4096] (mul of [0, 64] and [0, 64])" in msg
+
+
+def test_a_comparison_with_2048_or_more_is_refused_and_2047_is_exact():
+    def model(c):
+        nodes = [helper.make_node("Equal", ["ids", "c"], ["eq"]),
+                 helper.make_node("Cast", ["eq"], ["y"], to=F32)]  # fmt: skip
+        return _model(nodes, [("ids", I64, (1, 4))], [("y", F32, (1, 4))], [("c", np.array(c))])
+
+    for c in (2048, -2048, 40000):
+        msg, _ = _refused(model(c))
+        assert f"reads the constant {c}" in msg and "2049 becomes 2048" in msg
+    m = model(2047)
+    prog = from_onnx(m, input_ranges={"ids": (0, 4096)}).compile()
+    ids = np.array([[2047, 2048, 2049, 4095]])  # 2049 and 4095 round in fp16, never to 2047
+    want = ort.InferenceSession(m.SerializeToString()).run(None, {"ids": ids})[0]
+    assert np.array_equal(_run(prog, ids)[0], want.astype(np.float16))
+    assert want.tolist() == [[1.0, 0.0, 0.0, 0.0]]
+
+
+def test_a_position_past_the_table_is_an_error_when_it_runs():
+    # 8 tokens, 6 rows: positions up to 9 cannot be proved inside the table, so a note
+    with pytest.warns(af.AneforgeWarning, match=r"lie in \[1, 9\], which is not within"):
+        graph = from_onnx(_positions_model(rows=6))
+    prog = graph.compile()
+    ids = np.full((2, 8), PAD)
+    ids[:, :4] = 7  # four tokens: positions 2..5, all rows of the table
+    assert np.array_equal(_run(prog, ids)[1][0], [2, 3, 4, 5, 1, 1, 1, 1])
+    ids[1, :] = 9  # eight tokens: position 6 and beyond are not rows
+    for fast in (True, False):
+        with pytest.raises(IdValueError, match=r"id 6 at index \(1, 4\).*\[0, 6\)"):
+            _run(prog, ids, fast)
+
+
+def test_the_notes_and_the_partition_describe_an_input_compared_on_the_engine():
+    with pytest.warns(af.AneforgeWarning) as record:
+        graph = from_onnx(_positions_model())
+    notes = [str(w.message) for w in record if "input 'ids'" in str(w.message)]
+    assert len(notes) == 1 and "a uint16 input on the engine" in notes[0]
+    assert "the ids of embedding Gather" in notes[0]
+    assert "converted to fp16 and compared with integer constants by 'eq'" in notes[0]
+    assert graph.partition.integer_inputs == {"ids": "uint16"}
+
+
+def test_add_sub_mul_of_computed_integers_match_onnxruntime_bit_for_bit():
+    nodes = [
+        helper.make_node("Equal", ["ids", "five"], ["eq"]),
+        helper.make_node("Cast", ["eq"], ["m"], to=I64),  # [0, 1]
+        helper.make_node("Mul", ["m", "minus3"], ["a"]),  # [-3, 0]: 0 * -3 is -0 in fp16
+        helper.make_node("Add", ["a", "seven"], ["b"]),  # [4, 7]
+        helper.make_node("Sub", ["b", "m"], ["c"]),  # [3, 7]
+        helper.make_node("Mul", ["a", "c"], ["d"]),  # [-21, 0]
+        helper.make_node("Sub", ["zero", "d"], ["e"]),  # [0, 21], a constant first
+    ]
+    inits = [("five", np.array(5)), ("minus3", np.array(-3)), ("seven", np.array(7)),
+             ("zero", np.array(0))]  # fmt: skip
+    outs = []
+    for name in ("a", "d", "e"):
+        nodes.append(helper.make_node("Cast", [name], [f"{name}f"], to=F32))
+        outs.append((f"{name}f", F32, (2, 6)))
+    model = _model(nodes, [("ids", I64, (2, 6))], outs, inits)
+    prog = from_onnx(model).compile()
+    ids = np.array([[5, 0, 5, 3, 2049, 5], [1, 1, 5, 4097, 5, 2]])
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"ids": ids})
+    for got, ref in zip(_run(prog, ids), want):
+        # +0 where the integer is 0: the same bits as float32's value in fp16
+        assert np.array_equal(got.view(np.uint16), ref.astype(np.float16).view(np.uint16))
+
+
+@pytest.mark.parametrize(("exclusive", "reverse"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_a_cumsum_of_negative_computed_integers_matches_onnxruntime_bit_for_bit(exclusive, reverse):
+    nodes = [
+        helper.make_node("Equal", ["ids", "pad"], ["eq"]),
+        helper.make_node("Cast", ["eq"], ["m"], to=I64),
+        helper.make_node("Sub", ["m", "two"], ["neg"]),  # [-2, -1]
+        helper.make_node("CumSum", ["neg", "ax"], ["cs"], exclusive=exclusive, reverse=reverse),
+        helper.make_node("Cast", ["cs"], ["y"], to=F32),
+    ]
+    inits = [("pad", np.array(PAD)), ("two", np.array(2)), ("ax", np.array(1))]
+    model = _model(nodes, [("ids", I64, (2, 7))], [("y", F32, (2, 7))], inits)
+    prog = from_onnx(model).compile()
+    ids = _padded_ids(seq=7, seed=4)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"ids": ids})[0]
+    for fast in (True, False):
+        got = _run(prog, ids, fast)[0]  # an exclusive sum starts at +0, as in integers
+        assert np.array_equal(got.view(np.uint16), want.astype(np.float16).view(np.uint16))

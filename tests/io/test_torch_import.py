@@ -531,7 +531,7 @@ class IntegerMath(nn.Module):
     def forward(self, ids):
         a = (ids + 1).float()
         b = ids.cumsum(-1).float()
-        c = (ids == 0).float()
+        c = (ids == 4096).float()  # ids past 2048 round in fp16: refused
         d = ids.flip(-1).float()
         e = ids.to(torch.int8).float()
         f = ids.expand(2, 3).float()  # repeats the values (an exact expand is a view)
@@ -542,7 +542,7 @@ def test_integer_arithmetic_on_run_time_ids_is_refused_naming_input_op_and_line(
     with pytest.raises(UnsupportedModelError) as info:
         from_torch(IntegerMath(), (torch.tensor([[1, 2, 3]]),))
     lines, first = inspect.getsourcelines(IntegerMath.forward)
-    expect = {"add.Tensor": "+ 1", "cumsum.default": ".cumsum(", "eq.Scalar": "== 0",
+    expect = {"add.Tensor": "+ 1", "cumsum.default": ".cumsum(", "eq.Scalar": "== 4096",
               "flip.default": ".flip(", "_to_copy.default": "int8",
               "expand.default": ".expand("}  # fmt: skip
     problems = info.value.problems
@@ -552,10 +552,85 @@ def test_integer_arithmetic_on_run_time_ids_is_refused_naming_input_op_and_line(
         hit = [p for p in problems if p.startswith(f"aten.{op} ")]
         assert len(hit) == 1 and f"{__file__}:{line}" in hit[0], (op, problems)
         assert "input 'ids' (int64) is a run-time integer input" in hit[0]
-        assert "cast it to float in forward first" in hit[0]
+        if op == "eq.Scalar":  # a comparison of the ids is exact only below 2048
+            assert "reads the constant 4096" in hit[0] and "below 2048" in hit[0]
+        else:
+            assert "cast it to float in forward first" in hit[0]
     assert all("moved" in p for p in problems if p.startswith(("aten.flip", "aten.expand")))
     assert any("wraps" in p for p in problems if p.startswith("aten._to_copy"))
     assert any(p.startswith("output 'output_1'") and "returns no integer" in p for p in problems)
+
+
+class Positions(nn.Module):
+    """RoBERTa's position ids from the token ids (transformers'
+    ``create_position_ids_from_input_ids``), its all-zero token types gathered at them,
+    three lookups at them, and a few other integer and float uses."""
+
+    def __init__(self, pad=1, rows=40):
+        super().__init__()
+        self.pad = pad
+        self.tok = nn.Embedding(300, 8, padding_idx=pad)
+        self.pos = nn.Embedding(rows, 8, padding_idx=pad)
+        self.typ = nn.Embedding(2, 8)
+        self.table = nn.Parameter(f16(rows, 8, seed=4))
+        self.register_buffer("types", torch.zeros(1, rows, dtype=torch.long), persistent=False)
+        with torch.no_grad():
+            for i, emb in enumerate((self.tok, self.pos, self.typ)):
+                emb.weight.copy_(f16(*emb.weight.shape, seed=5 + i))
+
+    def forward(self, input_ids):
+        mask = input_ids.ne(self.pad).int()
+        inc = (torch.cumsum(mask, dim=1).type_as(mask) + 0) * mask
+        pos = inc.long() + self.pad
+        types = torch.gather(self.types.expand(pos.shape[0], -1), 1, pos)
+        x = self.tok(input_ids) + self.typ(types) + self.pos(pos)
+        y = self.table[pos] + torch.index_select(self.table, 0, pos.view(-1)).view(2, -1, 8)
+        ints = torch.stack([pos.float(), (pos - 1 == 0).float(), torch.add(mask, inc, alpha=2)])
+        return x, y, ints, pos * 0.25  # the last: torch makes it float
+
+
+def _padded(seq=6, seed=0, pad=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 300, (2, seq), generator=g)
+    ids[0, -2:] = pad
+    ids[1, 0] = pad
+    ids[1, 3] = pad
+    return ids
+
+
+def test_roberta_position_ids_computed_on_the_engine_match_torch():
+    net = Positions().eval()
+    ids = _padded()
+    with pytest.warns(TorchImportWarning, match="compared with integer constants by 'ne'"):
+        graph = from_torch(net, (ids,))
+    assert (graph.inputs[0].dtype, graph.inputs[0].attrs["range"]) == ("uint16", (0, 299))
+    ops = {n.op for n in topological_order(graph.outputs)}
+    assert {"embedding_fp16_ids", "embedding", "cumsum", "int_to_fp16"} <= ops
+    prog = graph.compile()
+    for seed in range(3):
+        ids = _padded(seed=seed)
+        got = prog(ids.numpy())
+        x, y, ints, quarter = torch_out(net, (ids,))
+        assert close(got[0], x)  # three fp16 rows summed in fp16
+        assert np.array_equal(got[1], y)  # rows of an fp16 table, doubled: exact
+        assert np.array_equal(got[2], ints)  # the integers, exactly
+        assert np.array_equal(got[3], quarter)
+        keep = ids.numpy() != 1
+        assert np.array_equal(got[2][0], np.cumsum(keep, 1) * keep + 1)
+
+
+class LongCumsum(nn.Module):
+    def forward(self, ids):
+        return torch.cumsum(ids.ne(1).int(), dim=1).float()
+
+
+def test_integers_computed_past_2048_are_refused_naming_the_interval():
+    with pytest.raises(UnsupportedModelError) as info:
+        from_torch(LongCumsum(), (torch.ones(1, 3000, dtype=torch.int64),))
+    (problem,) = info.value.problems
+    assert problem.startswith("aten.cumsum.default")
+    assert "input 'ids' (int64) is a run-time integer input" in problem
+    assert "gives values in [0, 3000] (partial sums of up to 3000 terms in [0, 1])" in problem
 
 
 def test_a_table_past_uint16_and_an_unsupported_integer_dtype_are_refused():

@@ -7,7 +7,7 @@ model per family, exported to ONNX by torch, must
 - export to a Core ML package;
 - import through ``torch.export`` (:func:`aneforge.from_torch`) with the same interface
   (input names, shapes and engine types) and an output that agrees with the ONNX
-  path's within fp16's accuracy; for the CNNs (:data:`SAME_PROGRAM`) the same program
+  path's within fp16's accuracy; for the CNNs and MPNet (:data:`SAME_PROGRAM`) the same program
   (same ops, attributes and weight bits, hence the same output bits): from_torch folds
   each batch norm into its conv in float32 as torch's ONNX exporter does, and ONNX import
   reads the exporter's GELU and N-D Linear chains as ATen's ops (``onnx_fuse``). The
@@ -38,7 +38,7 @@ IMPORTED = FAMILIES
 COSINE_FP16 = 0.999  # an fp16 emulation of a well-scaled network agrees this well
 
 #: families whose two imports compile to the same program, op for op and bit for bit
-SAME_PROGRAM = ("resnet", "mobilenet_v2", "efficientnet", "convnext")
+SAME_PROGRAM = ("resnet", "mobilenet_v2", "efficientnet", "convnext", "mpnet")
 #: ATen's scaled_dot_product_attention decomposes to a softmax guarded against fully
 #: masked rows: where(all(x == -inf), 0, softmax(x)). The two sources compute different
 #: values there (NaN in the ONNX file, 0 in ATen), so no rewrite may merge them.
@@ -56,6 +56,7 @@ STILL_DIFFERENT = {
     "vit": (_SAFE_SOFTMAX, "same bits"),
     "swin": (_SAFE_SOFTMAX, "same bits"),
     "bert": (_NAN_GUARD, "same bits"),
+    "roberta": (_NAN_GUARD, "same bits"),  # its position ids: the same ops both ways
     "gpt2": (_NAN_GUARD, "same bits"),
     "whisper_encoder": (_SAFE_SOFTMAX, "same bits"),
     "clip_vision": (_SAFE_SOFTMAX, "same bits"),

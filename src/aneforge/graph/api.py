@@ -607,6 +607,23 @@ def embedding(table, ids, *, name=None) -> Tensor:
     return make("reshape", flat, shape=arr.shape + table.shape[1:], name=name)
 
 
+def embedding_fp16_ids(table, ids, *, name=None) -> Tensor:
+    """The rows of ``table`` (axis 0) at fp16 ``ids`` computed on the engine (whole
+    numbers: position ids the importers derive from token ids): shape ``ids.shape +
+    table.shape[1:]``, every row copied exactly. When the program runs, an id that is not
+    a whole number in ``[0, rows)`` (a fraction, a negative, one past the table, inf,
+    NaN) is an :class:`~aneforge.graph.ops.extra.IdValueError`: never rounded or clamped.
+    For run-time integer ids use :func:`embedding`.
+
+    Example:
+        >>> import numpy as np, aneforge as af
+        >>> ids = af.cast(af.input((1, 8), name="tokens", dtype="uint8")) + 1.0
+        >>> af.embedding_fp16_ids(np.zeros((300, 16)), ids).shape
+        (1, 8, 16)
+    """
+    return make("embedding_fp16_ids", table, ids, name=name)
+
+
 from .ops.bridge import BRIDGE_FUNCTIONS  # noqa: E402  (after the fused functions)
 
 globals().update(BRIDGE_FUNCTIONS)
@@ -685,6 +702,7 @@ __all__ = sorted(
         "pixel_unshuffle",
         "cast",
         "embedding",
+        "embedding_fp16_ids",
         "int_to_fp16",
     }
 )

@@ -668,6 +668,13 @@ def _embedding(cx, node, name):
     return cx.mb.gather(x=cx.arg(node, 0), indices=cx.arg(node, 1), axis=0, name=name)
 
 
+@lowers("embedding_fp16_ids", "cast (fp16 ids to int32), then gather (axis 0) of the table",
+        note="the whole-number ids convert exactly; Core ML does not check them")  # fmt: skip
+def _embedding_fp16_ids(cx, node, name):
+    ids = cx.mb.cast(x=cx.arg(node, 1), dtype="int32", name=f"{name}_ids")
+    return cx.mb.gather(x=cx.arg(node, 0), indices=ids, axis=0, name=name)
+
+
 @lowers("int_to_fp16", "cast (int32 to fp16)", note="rounds to nearest even, as the engine")
 def _int_to_fp16(cx, node, name):
     return cx.mb.cast(x=cx.arg(node, 0), dtype="fp16", name=name)

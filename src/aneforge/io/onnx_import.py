@@ -17,8 +17,9 @@ How values are handled (the contract the tests check):
 - Float graph inputs become fp16 inputs named like the ONNX inputs; bool inputs become
   fp16 inputs holding 0/1. Integer graph inputs (token ids, attention masks) become
   integer inputs of the engine's types (int8, uint8, int16, uint16), read only by
-  embedding Gathers and Casts to float (:mod:`.onnx_integers` says which type each gets
-  and what else is refused); ``constants={name: array}`` binds one at import instead.
+  embedding Gathers, Casts to float and Equal with small constants, which start exact
+  integer chains on the engine such as RoBERTa's position ids (:mod:`.onnx_integers`,
+  :mod:`.int_values`); ``constants={name: array}`` binds one at import instead.
   Every dimension must be static: pass ``shapes={name: shape}`` for symbolic ones.
 - Initializers and ``Constant`` outputs are host constants. Integer tensors (shapes,
   indices, axes, sizes) never reach the device: every node whose inputs are all host

@@ -14,18 +14,31 @@ int8, uint8, int16 or uint16. While the graph is converted it is carried as an
 - ``Identity``, ``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze``: the same values
   in a new shape (the conversion runs on the input and its fp16 result is reshaped);
 - ``Shape`` and ``Size``: constants (shapes are static), so position ids from
-  ``Range`` and masks derived from shapes fold at import.
+  ``Range`` and masks derived from shapes fold at import;
+- ``Equal`` with an integer constant of magnitude below 2048: the start of integers
+  computed on the engine (:mod:`.int_values`, which states why they are exact).
 
-Any other node reading one (``Add``, ``Equal``, ``CumSum``... integer arithmetic on
-run-time data) is refused naming the input, the node and what it needs; such inputs
-are listed in ``UnsupportedModelError.bind_inputs`` (``constants=`` folds them).
+Integers computed on the engine (an :class:`~.int_values.IntValue`: RoBERTa's position
+ids ``CumSum(Cast(Not(Equal(ids, pad)))) * mask + pad``) may be read by ``Equal``,
+``Not``, ``Cast`` / ``CastLike`` (to an integer type that holds them, to float, to
+bool), ``CumSum`` (any axis, exclusive, reverse), ``Add`` / ``Sub`` / ``Mul`` with an
+integer constant or another computed value, ``Identity`` and the views above,
+``Shape`` / ``Size``, an embedding ``Gather`` (``embedding_fp16_ids``, which checks the
+ids when it runs) and a ``GatherElements`` of a constant that is the same along its
+axis (a constant). Each keeps a static interval; one that leaves ``[-2048, 2048]`` is
+refused naming the interval.
+
+Any other node reading one (``Add``, ``CumSum``... of the input's own values, a
+comparison with a constant of 2048 or more, a ``Transpose`` of computed integers) is
+refused naming the input, the node and what it needs; such inputs are listed in
+``UnsupportedModelError.bind_inputs`` (``constants=`` folds them).
 
 **Engine type.** Each input is declared with the narrowest engine type its uses allow:
 embedding ids with a table of ``R`` rows lie in ``[0, R)`` (uint8 up to 256 rows, else
 uint16; more than 65536 rows is refused), and the input's range is declared as such; a
-value read only through a cast takes its ``input_ranges=`` range when given, else int16
-(uint16 for an unsigned ONNX type), whose bounds a program then enforces. The graph's
-``warnings`` say which type each input got and why.
+value read only through a cast or a comparison takes its ``input_ranges=`` range when
+given, else int16 (uint16 for an unsigned ONNX type), whose bounds a program then
+enforces. The graph's ``warnings`` say which type each input got and why.
 
 Example:
     >>> IntView.__name__, CONVERTS
@@ -35,11 +48,12 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..graph.tensor import INTEGER_DTYPES, Tensor, input
+from ..graph.tensor import INTEGER_DTYPES, input
+from . import int_values as iv
+from .int_values import IntInput, IntValue, IntView
 from .onnx_errors import NotExpressible
 from .onnx_graph import node_label
 from .onnx_ops import reshape
@@ -50,6 +64,7 @@ __all__ = ["CONVERTS", "IntInput", "IntView", "choose_dtype", "integer_node", "t
 #: The nodes that convert an integer input's values (the others move or measure it).
 CONVERTS = ("Cast", "CastLike")
 _VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+_ARITH = {"Add": "add", "Sub": "sub", "Mul": "mul"}
 #: Movements that would reorder, repeat or drop values (refused on integer inputs).
 _MOVES = ("Transpose", "Slice", "Concat", "Expand", "Tile", "Split", "Pad", "GatherElements",
           "GatherND", "Compress", "ReverseSequence", "DepthToSpace", "SpaceToDepth")  # fmt: skip
@@ -71,51 +86,6 @@ ONNX_INT_BOUNDS = {
 _ORDER = ("uint8", "int8", "uint16", "int16")
 
 
-@dataclass(eq=False)
-class IntInput:
-    """One integer graph input during import.
-
-    Attributes:
-        name, shape: the ONNX input's name and (static) shape.
-        elem, elem_name: its ONNX element type and that type's name.
-        tensor: the provisional aneforge input the graph is built on; the importer
-            replaces it by the input of the chosen type at the end.
-        tables: ``(node label, rows)`` of each embedding Gather reading it.
-        casts: the labels of the nodes converting its values.
-        converted: its ``int_to_fp16`` node, shared by every conversion.
-        reader: what the notes call a node reading ids (``"Gather"``; PyTorch import
-            says ``"lookup"``).
-    """
-
-    name: str
-    shape: tuple
-    elem: int
-    elem_name: str
-    tensor: Tensor
-    tables: list = field(default_factory=list)
-    casts: list = field(default_factory=list)
-    converted: Tensor | None = None
-    reader: str = "Gather"
-
-    @classmethod
-    def declare(cls, name, shape, elem, elem_name, reader="Gather") -> IntInput:
-        """A new integer input, provisionally uint16 (``elem``: its ONNX element type)."""
-        kind = elem_name.replace("TensorProto.", "").lower()
-        t = input(shape, name=name, dtype="uint16")
-        return cls(name, tuple(shape), elem, kind, t, reader=reader)
-
-
-@dataclass(eq=False)
-class IntView:
-    """An integer input's values in some shape (row-major order kept)."""
-
-    source: IntInput
-    shape: tuple
-
-    def __repr__(self) -> str:
-        return f"IntView({self.source.name!r}, shape={self.shape})"
-
-
 def _refuse(cx, view: IntView, node, needs: str):
     name = view.source.name
     cx.importer.bind_hints.add(name)
@@ -132,6 +102,8 @@ def integer_node(cx, node, ins, at) -> list:
     or refuse it with the reason (:class:`~.onnx_errors.NotExpressible`)."""
     op = node.op_type
     view = next(v for v in ins if isinstance(v, IntView))
+    if op == "Equal" or any(isinstance(v, IntValue) for v in ins):
+        return [_derived(cx, node, ins, at, view)]
     first = ins[0] if isinstance(ins[0], IntView) else None
     if first is not None and op in CONVERTS:
         return [_convert(cx, node, first, _target_type(cx, node, ins, at))]
@@ -178,10 +150,67 @@ def _convert(cx, node, view: IntView, to: int):
     if to not in _FLOAT and to != _BOOL:
         return _refuse(cx, view, node, f"a cast to element type {to}, which wraps values")
     src.casts.append(node_label(node))
-    if src.converted is None:
-        src.converted = cx.op("int_to_fp16", src.tensor)
-    out = reshape(cx, src.converted, view.shape)
+    out = iv.converted(cx, view)
     return cx.op("not_equal", out, 0.0) if to == _BOOL else out
+
+
+def _derived(cx, node, ins, at, view: IntView):
+    """``node`` computing integers on the engine (:mod:`.int_values`): an Equal of the
+    input or a derived value, or any node reading a derived value."""
+    try:
+        return _derived_value(cx, node, ins, at)
+    except NotExpressible as err:
+        name = view.source.name
+        cx.importer.bind_hints.add(name)
+        raise NotExpressible(
+            f"{err}, or bind it with constants={{'{name}': ...}} to fold it at import"
+        ) from None
+
+
+def _derived_value(cx, node, ins, at):
+    op, label = node.op_type, node_label(node)
+    where = f"{op} '{label}'"
+    first = ins[0]
+    value = next(v for v in ins if isinstance(v, IntView))
+    if op == "Equal":
+        return iv.compare(cx, first, ins[1], where, label)
+    if op in _ARITH:
+        return iv.arith(cx, _ARITH[op], first, ins[1], where)
+    if op == "Gather" and isinstance(ins[1], IntValue) and not isinstance(first, IntView):
+        if isinstance(first, Host) and np.asarray(first.value).dtype.kind != "f":
+            raise iv.refusal(value.source, where, "gathers integer constants (integer results)")
+        if int(at.get("axis", 0)) not in (0, -len(cx.t(first).shape)):
+            raise iv.refusal(value.source, where, "gathers along an axis other than 0 (an "
+                             "embedding reads rows)")  # fmt: skip
+        return iv.rows(cx, first, ins[1])
+    if op == "GatherElements" and isinstance(ins[1], IntValue) and isinstance(first, Host):
+        return iv.uniform_gather(first, ins[1], int(at.get("axis", 0)), where, negative=True)
+    params = all(isinstance(v, Host) for v in ins[1:] if v is not None)
+    if isinstance(first, IntValue) and params:
+        if op == "Identity":
+            return first
+        if op == "Not":
+            return iv.logical_not(cx, first, where)
+        if op in CONVERTS:
+            to = _target_type(cx, node, ins, at)
+            if to in ONNX_INT_BOUNDS:
+                return iv.cast(cx, first, "i", where, ONNX_INT_BOUNDS[to], f"element type {to}")
+            if to in _FLOAT or to == _BOOL:
+                return iv.cast(cx, first, "f" if to in _FLOAT else "b", where)
+        if op == "CumSum":
+            axis = cx.ints(ins[1], "CumSum axis")[0]
+            return iv.cumsum(cx, first, axis, where, at.get("exclusive", 0), at.get("reverse", 0))
+        if op in ("Shape", "Size"):
+            return integer_node(cx, node, [IntView(first.source, first.shape)] + ins[1:], at)[0]
+        if op in _VIEWS:
+            probe = np.zeros(first.shape, dtype=np.int64)
+            arrays = [probe] + [None if v is None else v.value for v in ins[1:]]
+            return iv.view(cx, first, host_eval(node, arrays, cx.opset)[0].shape)
+    raise iv.refusal(
+        value.source, where, "is not among the operations on computed integers (Equal, Not, "
+        "Cast, CumSum, Add, Sub, Mul, Reshape, Flatten, Squeeze, Unsqueeze, an embedding "
+        "Gather, a GatherElements of a uniform constant)",
+    )  # fmt: skip
 
 
 def _embedding(cx, node, data, ids: IntView, at):
@@ -233,6 +262,12 @@ def choose_dtype(src: IntInput, declared=None) -> tuple[str, tuple | None, str]:
     if src.casts:
         labels = ", ".join(f"'{n}'" for n in src.casts[:3])
         uses.append(f"converted to fp16 by {labels} (exact for |v| <= 2048)")
+    if src.compares:
+        labels = ", ".join(f"'{n}'" for n in src.compares[:3])
+        uses.append(
+            f"converted to fp16 and compared with integer constants by {labels} (exact: "
+            "the constants are below 2048 in magnitude)"
+        )
     fits = [d for d in _ORDER if INTEGER_DTYPES[d][0] <= lo and hi <= INTEGER_DTYPES[d][1]]
     if fits:
         dtype, given = fits[0], (lo, hi) if (declared is not None or src.tables) else None

@@ -22,9 +22,10 @@ How values are handled (the contract the tests check):
   narrowest engine type its uses allow (:func:`~.onnx_integers.choose_dtype`): ids of a
   table of ``R`` rows are uint8 up to 256 rows, else uint16, with the range
   ``(0, R - 1)`` declared; a value only cast is int16 unless ``input_ranges=`` narrows
-  it; ``graph.warnings`` say which type each got. Integer arithmetic, comparisons,
-  reorders or indexing by them at run time are refused, each naming the input, the op
-  and its source line.
+  it; ``graph.warnings`` say which type each got. ``eq`` / ``ne`` with a constant below
+  2048 start exact integer chains on the engine (RoBERTa's position ids:
+  :mod:`.int_values`); other integer arithmetic, reorders or indexing by them at run
+  time are refused, each naming the input, the op and its source line.
 - Parameters, buffers and lifted constants are host constants named by their module
   path (``layer1.0.conv1.weight``); used as data they become fp16 weights, and finite
   values past the fp16 range saturate to +-65504 with one

@@ -7,7 +7,7 @@ spatial ones when imported, here).
 
 **Integer inputs** (token ids, attention masks: an int64 / int32 / int16 / int8 / uint8
 forward argument) become integer aneforge inputs, carried during the walk as an
-:class:`~.onnx_integers.IntView` (the input, seen in some shape) and given their engine
+:class:`~.int_values.IntView` (the input, seen in some shape) and given their engine
 type at the end by :func:`~.onnx_integers.choose_dtype`, as in ONNX import. Only these
 nodes may read one (:func:`integer_call`):
 
@@ -20,10 +20,26 @@ nodes may read one (:func:`integer_call`):
   ``flatten``, ``squeeze``, ``unsqueeze``, an ``expand`` or ``permute`` that only adds
   or moves size-1 dims; checked by running the op on an iota), copies (``clone``...)
   and metadata checks;
-- ``sym_size`` / ``sym_numel``: constants (shapes are static).
+- ``sym_size`` / ``sym_numel``: constants (shapes are static);
+- ``eq`` / ``ne`` (``.Scalar`` / ``.Tensor``) with an integer constant of magnitude
+  below 2048: the start of integers computed on the engine (:mod:`.int_values`, which
+  states why they are exact).
 
-Any other node reading one (integer arithmetic, comparisons, ``cumsum``, indexing by
-it along another axis...) is refused naming the input and what the node needs.
+Integers computed on the engine (an :class:`~.int_values.IntValue`: RoBERTa's position
+ids ``(cumsum(ids.ne(pad).int(), 1).type_as(mask) * mask).long() + pad``) may be read
+by ``eq`` / ``ne``, ``logical_not`` / ``bitwise_not`` of a bool, the casts above and
+``type_as`` (to an integer dtype that holds them, to float, to bool), ``cumsum``,
+``add`` / ``sub`` (with ``alpha``) / ``mul`` with an integer constant or another
+computed value, the order-keeping movements above, copies and checks, an embedding
+(``embedding_fp16_ids``, which checks the ids when it runs) and a ``gather`` of a
+constant that is the same along its dim (a constant, as RoBERTa's all-zero token types
+at its position ids). An op whose result torch makes float (``pos * 0.5``, ``pos + x``)
+reads their fp16 tensor as it reads any float. Each keeps a static interval; one that
+leaves ``[-2048, 2048]`` is refused naming the interval.
+
+Any other node reading one (arithmetic or ``cumsum`` on the input's own values, a
+comparison with a constant of 2048 or more, indexing by it along another axis...) is
+refused naming the input and what the node needs.
 
 Example:
     >>> from aneforge.io.torch_table import ATEN, integer_input
@@ -41,9 +57,11 @@ import math
 import numpy as np
 
 from ..graph.tensor import Tensor
+from . import int_values as iv
 from . import torch_shape  # noqa: F401  (registers the movement and spatial handlers)
+from .int_values import IntInput, IntValue, IntView
 from .onnx_errors import NotExpressible
-from .onnx_integers import IntInput, IntView
+from .onnx_integers import ONNX_INT_BOUNDS
 from .onnx_ops import norm_axis, reshape
 from .onnx_values import Host
 from .torch_ops import ATEN, Deferred, HighRank, TorchCx, Unavailable, dtype_kind
@@ -76,6 +94,11 @@ _MOVES = {"view.default", "_unsafe_view.default", "reshape.default", "unsqueeze.
           "unflatten.int", "expand.default", "permute.default", "transpose.int",
           "t.default", "slice.Tensor", "select.int"}  # fmt: skip
 _LOOKUPS = {"embedding.default", "index.Tensor", "index_select.default"}
+#: Comparisons that start integers computed on the engine (:mod:`.int_values`).
+_COMPARES = {"eq.Scalar", "eq.Tensor", "ne.Scalar", "ne.Tensor"}
+_NOTS = {"logical_not.default", "bitwise_not.default"}
+_ARITH = {"add.Tensor": "add", "add.Scalar": "add", "sub.Tensor": "sub", "sub.Scalar": "sub",
+          "mul.Tensor": "mul", "mul.Scalar": "mul"}  # fmt: skip
 #: Movements that reorder, repeat or drop values (refused on an integer input).
 _REORDERS = {"flip.default", "roll.default", "repeat.default", "cat.default", "stack.default",
              "index.Tensor", "gather.default", "take.default", "index_select.default",
@@ -106,6 +129,8 @@ def integer_call(cx, args, kwargs):
     :class:`~.onnx_errors.NotExpressible` naming the input and what the node needs."""
     key = cx.key.removeprefix("aten.")
     view = next(v for v in flat_values((args, kwargs)) if isinstance(v, IntView))
+    if key in _COMPARES or any(isinstance(v, IntValue) for v in flat_values((args, kwargs))):
+        return _derived(cx, key, args, kwargs, view)
     first = args[0] if args and isinstance(args[0], IntView) else None
     rest = flat_values((args[1:], kwargs))
     params = not any(isinstance(v, (IntView, Tensor, HighRank)) for v in rest)
@@ -164,10 +189,87 @@ def _cast(cx, view: IntView, dtype):
     if kind not in "fb":
         raise _refusal(view, f"a cast to {name}, which wraps the values outside its range")
     src.casts.append(_label(cx))
-    if src.converted is None:
-        src.converted = cx.op("int_to_fp16", src.tensor)
-    out = reshape(cx, src.converted, view.shape)
+    out = iv.converted(cx, view)
     return cx.op("not_equal", out, 0.0) if kind == "b" else out
+
+
+def _derived(cx, key: str, args, kwargs, view: IntView):
+    """The ATen node ``cx.fx`` computing integers on the engine (:mod:`.int_values`): a
+    comparison of the input or a derived value, or any node reading a derived value."""
+    where = f"{key} '{cx.fx.name}'"
+    first = args[0] if args else None
+    out_dtype = cx.dtype()
+    raw = any(isinstance(v, IntView) and not isinstance(v, IntValue)
+              for v in flat_values((args, kwargs)))  # fmt: skip
+    if key in _COMPARES:
+        return iv.compare(cx, first, args[1], where, _label(cx), negate=key.startswith("ne."))
+    ids = _lookup_ids(key, args)
+    if isinstance(ids, IntValue):
+        return iv.rows(cx, args[0], ids)
+    if key == "gather.default" and isinstance(first, Host) and isinstance(args[2], IntValue):
+        return iv.uniform_gather(first, args[2], int(args[1]), where)
+    if not raw and out_dtype is not None and dtype_kind(out_dtype) == "f" and cx.key in ATEN:
+        # a float result (type promotion: ids * 0.5, pos + x): the values as fp16 data
+        swap = _as_tensors((args, kwargs))
+        return ATEN[cx.key].fn(cx, *swap[0], **swap[1])
+    if key in _ARITH and len(args) > 1:
+        other, alpha = args[1], kwargs.get("alpha", 1)
+        if alpha != 1:
+            other = (
+                iv.arith(cx, "mul", other, alpha, where)
+                if isinstance(other, IntView)
+                else (np.asarray(other.value if isinstance(other, Host) else other) * alpha)
+            )
+        return iv.arith(cx, _ARITH[key], first, other, where)
+    if isinstance(first, IntValue) and not _contains_run_time(args[1:], kwargs):
+        if key in _SAME:
+            return first
+        if key in _CHECKS:
+            return None
+        if key in ("sym_size.int", "sym_numel.default"):
+            return integer_call(cx, (IntView(first.source, first.shape), *args[1:]), kwargs)
+        if key in _NOTS and out_dtype is not None and dtype_kind(out_dtype) == "b":
+            return iv.logical_not(cx, first, where)
+        if key in _CASTS or key == "type_as.default":
+            return _cast_value(cx, first, out_dtype, where)
+        if key == "cumsum.default":
+            return iv.cumsum(cx, first, int(args[1]), where)
+        if key in _MOVES:
+            return iv.view(cx, first, _move(cx, first, args, kwargs).shape)
+    if key == "type_as.default" and isinstance(first, IntValue):
+        return _cast_value(cx, first, out_dtype, where)
+    raise iv.refusal(
+        view.source, where, "is not among the operations on computed integers (eq, ne, "
+        "logical_not, casts, cumsum, add, sub, mul, views, an embedding of a float table, "
+        "a gather of a constant that is the same along its axis)",
+    )  # fmt: skip
+
+
+def _cast_value(cx, value: IntValue, dtype, where: str):
+    if dtype is None:
+        return value
+    kind, name = dtype_kind(dtype), str(dtype).replace("torch.", "")
+    if kind == "i" and str(dtype) in INT_ELEMS:
+        return iv.cast(cx, value, "i", where, ONNX_INT_BOUNDS[INT_ELEMS[str(dtype)]], name)
+    if kind in "fb":
+        return iv.cast(cx, value, kind, where)
+    raise iv.refusal(value.source, where, f"casts computed integers to {name}")
+
+
+def _contains_run_time(*values) -> bool:
+    return any(isinstance(v, (IntView, Tensor, HighRank)) for v in flat_values(values))
+
+
+def _as_tensors(value):
+    """``value`` (nested arguments) with each :class:`~.int_values.IntValue` replaced
+    by its fp16 tensor."""
+    if isinstance(value, IntValue):
+        return value.tensor
+    if isinstance(value, (list, tuple)):
+        return type(value)(_as_tensors(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _as_tensors(v) for k, v in value.items()}
+    return value
 
 
 def _move(cx, view: IntView, args, kwargs):

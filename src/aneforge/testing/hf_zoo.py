@@ -10,7 +10,9 @@ its inputs like the ONNX graph's) and returns one tensor. The zoo test
 
 Families (:data:`FAMILIES`): ``resnet``, ``mobilenet_v2``, ``efficientnet``,
 ``convnext``, ``vit``, ``swin``, ``bert`` (int64 ``input_ids`` and ``attention_mask``),
-``gpt2`` (one forward pass over the same two inputs), ``whisper_encoder``, ``clip_vision``.
+``roberta`` and ``mpnet`` (the same inputs, the last three tokens padding: position ids
+computed from the ids), ``gpt2`` (one forward pass over the same two inputs), ``whisper_encoder``,
+``clip_vision``.
 
 Needs ``torch`` and ``transformers`` (test extras); nothing else in aneforge imports this
 module.
@@ -41,6 +43,8 @@ FAMILIES = (
     "vit",
     "swin",
     "bert",
+    "roberta",
+    "mpnet",
     "gpt2",
     "whisper_encoder",
     "clip_vision",
@@ -192,6 +196,34 @@ def _bert(T, rng):
     return T.BertModel(cfg, add_pooling_layer=False), _ids(rng), False
 
 
+def _roberta(T, rng):
+    # position ids from the token ids at run time (cumsum of ids != pad): computed on
+    # the engine (aneforge.io.int_values); some ids are the padding id
+    cfg = T.RobertaConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, pad_token_id=1,
+    )  # fmt: skip
+    return T.RobertaModel(cfg, add_pooling_layer=False), _padded_ids(rng, cfg), False
+
+
+def _mpnet(T, rng):
+    # RoBERTa's position ids, and a relative position bias computed from constants
+    cfg = T.MPNetConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, pad_token_id=1,
+        relative_attention_num_buckets=32,
+    )  # fmt: skip
+    return T.MPNetModel(cfg, add_pooling_layer=False), _padded_ids(rng, cfg), False
+
+
+def _padded_ids(rng, cfg):
+    """:func:`_ids` with the last three tokens padding (the pad id, masked out)."""
+    inputs = _ids(rng)
+    inputs["input_ids"][0, -3:] = cfg.pad_token_id
+    inputs["attention_mask"][0, -3:] = 0
+    return inputs
+
+
 def _gpt2(T, rng):
     cfg = T.GPT2Config(
         vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64, bos_token_id=0,
@@ -225,6 +257,8 @@ _BUILDERS = {
     "vit": _vit,
     "swin": _swin,
     "bert": _bert,
+    "roberta": _roberta,
+    "mpnet": _mpnet,
     "gpt2": _gpt2,
     "whisper_encoder": _whisper_encoder,
     "clip_vision": _clip_vision,

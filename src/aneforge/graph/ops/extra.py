@@ -1,5 +1,6 @@
 """Extra ops for the frontends: gather (constant indices along one axis), embedding
-(rows of a table at run-time integer ids) and int_to_fp16 (integer input to fp16).
+(rows of a table at run-time integer ids), embedding_fp16_ids (rows at run-time fp16
+whole-number ids) and int_to_fp16 (integer input to fp16).
 
 ``gather`` copies the slices of ``x`` at a constant list of indices along ``axis``, in
 the order given, repeats allowed. It expresses, without arithmetic, what model formats
@@ -17,6 +18,14 @@ an integer input (``af.input(shape, dtype="uint16")``); the output has shape
 ``ids.shape + table.shape[1:]``. The rows are copied bit for bit (an exact movement op).
 An id outside ``[0, rows)`` is an :class:`IdRangeError` at run time naming the bad id and
 where it is (the executors add the input's name): never clamped, never wrapped.
+
+``embedding_fp16_ids(table, ids)`` is the same gather at ids computed on the engine: an
+fp16 tensor of whole numbers (position ids that the importers derive from token ids,
+``cumsum(ids != pad) * (ids != pad) + pad``, exact by construction:
+:mod:`aneforge.io.int_values`). At run time every id must be a whole number in
+``[0, rows)``; any other value (a fraction, a negative id, one past the table, inf, NaN)
+is an :class:`IdValueError` naming the op, the bad id and its index: never rounded,
+never clamped. The rows are copied bit for bit; the cost model counts the rows read.
 
 ``int_to_fp16(ids)`` converts an integer input to fp16, rounding to nearest even: exact
 for ``|v| <= 2048``; beyond, fp16 keeps 11 significant bits (2049 becomes 2048, 40001
@@ -58,6 +67,11 @@ from .common import fused_op, norm_axis
 
 class IdRangeError(InputError):
     """An embedding id outside its table's rows, found at run time."""
+
+
+class IdValueError(InputError):
+    """An fp16 id of ``embedding_fp16_ids`` that is not a whole number within its
+    table's rows, found at run time."""
 
 
 def _gather_indices(shape, attrs) -> tuple[int, np.ndarray]:
@@ -112,11 +126,16 @@ register(
 # ---- embedding: rows of a table at run-time integer ids --------------------------------
 
 
-def _embedding_shape(in_shapes, attrs):
-    table, ids = in_shapes
-    if len(table) < 1:
-        raise ShapeError("embedding: the table must have rank >= 1 (rows on axis 0), got a scalar")
-    return tuple(ids) + tuple(table[1:])
+def _rows_shape(op: str):
+    """The shape rule of a row gather ``op``: ``ids.shape + table.shape[1:]``."""
+
+    def shape(in_shapes, attrs):
+        table, ids = in_shapes
+        if len(table) < 1:
+            raise ShapeError(f"{op}: the table must have rank >= 1 (rows on axis 0), got a scalar")
+        return tuple(ids) + tuple(table[1:])
+
+    return shape
 
 
 def row_ids(ids, rows: int) -> np.ndarray:
@@ -163,7 +182,7 @@ register(
             "embedding",
             2,
             {},
-            _embedding_shape,
+            _rows_shape("embedding"),
             lambda inputs, attrs, arith=None: _embedding(inputs, attrs),
             _embedding,
             doc="the rows of table (axis 0) at the run-time integer ids, copied exactly",
@@ -172,6 +191,60 @@ register(
             flags=(Flag.MOVEMENT,),
         ),
         int_inputs={1: "index"},
+        reads=_embedding_reads,
+    )
+)
+
+
+# ---- embedding_fp16_ids: rows of a table at run-time fp16 whole-number ids -------------
+
+
+def fp16_row_ids(ids, rows: int) -> np.ndarray:
+    """``ids`` (fp16 or float64 values computed at run time) as row indices of a table
+    of ``rows`` rows, or an :class:`IdValueError` naming the first id that is not a
+    whole number in ``[0, rows)`` and its index.
+
+    Example:
+        >>> fp16_row_ids(np.array([[0.0, 3.0]], np.float16), 4).tolist()
+        [[0, 3]]
+        >>> try:
+        ...     fp16_row_ids(np.array([2.5]), 4)
+        ... except IdValueError as err:
+        ...     print(str(err).split(" is ")[0])
+        embedding_fp16_ids: id 2.5 at index (0,)
+    """
+    ids = np.asarray(ids, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(ids) | (ids != np.floor(ids)) | (ids < 0) | (ids >= rows)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise IdValueError(
+            f"embedding_fp16_ids: id {ids[where].item():g} at index {where} is not a row of "
+            f"the table (a whole number in [0, {rows})); run-time ids are never rounded or "
+            f"clamped: compute whole-number ids below {rows}"
+        )
+    return ids.astype(np.intp)
+
+
+def _embedding_fp16_ids(inputs, attrs):
+    table, ids = inputs
+    return np.take(np.asarray(table), fp16_row_ids(ids, table.shape[0]), axis=0)
+
+
+register(
+    replace(
+        fused_op(
+            "embedding_fp16_ids",
+            2,
+            {},
+            _rows_shape("embedding_fp16_ids"),
+            lambda inputs, attrs, arith=None: _embedding_fp16_ids(inputs, attrs),
+            _embedding_fp16_ids,
+            doc="the rows of table (axis 0) at run-time fp16 whole-number ids, copied exactly",
+            sign=lambda node, nonneg: bool(nonneg[0]),
+            range=same,  # every value is one of the table's
+            flags=(Flag.MOVEMENT,),
+        ),
         reads=_embedding_reads,
     )
 )
