@@ -40,6 +40,18 @@ def _export(module, x) -> bytes:
     return buf.getvalue()
 
 
+class RmsNorm(nn.Module):
+    """T5's layer norm: ``x * rsqrt(mean(x ** 2) + eps)`` times a weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, 8))
+
+    def forward(self, x):
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + 1e-6))
+
+
 class GeluNew(nn.Module):
     """GPT-2's ``gelu_new``: ``x ** 3`` by ``pow``, elementwise on both paths."""
 
@@ -54,6 +66,7 @@ def _module(kind):
         "gelu": lambda: nn.GELU(),
         "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
         "gelu_new": GeluNew,
+        "rms_norm": RmsNorm,
         "linear_3d": lambda: nn.Linear(8, 4),
         "linear_4d": lambda: nn.Linear(8, 4),
         "linear_no_bias": lambda: nn.Linear(8, 4, bias=False),
@@ -62,7 +75,16 @@ def _module(kind):
 
 
 SHAPES = {"linear_4d": (1, 2, 3, 8), "mlp": (1, 5, 8)}
-KINDS = ["gelu", "gelu_tanh", "gelu_new", "linear_3d", "linear_4d", "linear_no_bias", "mlp"]
+KINDS = [
+    "gelu",
+    "gelu_tanh",
+    "gelu_new",
+    "rms_norm",
+    "linear_3d",
+    "linear_4d",
+    "linear_no_bias",
+    "mlp",
+]
 
 
 def _both(kind):
@@ -93,6 +115,8 @@ def test_both_imports_give_the_same_program_and_bits(kind):
         assert not {"erf", "tanh", "mul", "div"} & set(ops)
     if kind == "gelu_new":
         assert "gelu" not in ops and "tanh" in ops  # the chain both ways
+    if kind == "rms_norm":  # Pow(x, 2) and Div(1, Sqrt(v)) in the file
+        assert {"square", "rsqrt"} <= set(ops) and not {"pow", "sqrt", "div"} & set(ops)
     if kind.startswith("linear") or kind == "mlp":
         assert "add" not in ops
         product = "matmul" if kind == "linear_no_bias" else "linear"
@@ -191,6 +215,35 @@ def test_a_gelu_chain_on_another_value_is_kept():
     nodes[-2] = helper.make_node("Mul", ["x2", "a"], ["m"])  # x * ... of another input
     ops = _ops(_model(nodes, inputs=("x", "x2")))
     assert "gelu" not in ops and "erf" in ops
+
+
+def _rsqrt_nodes(one=1.0):
+    return [
+        _const("one", one),
+        helper.make_node("Sqrt", ["x"], ["r"]),
+        helper.make_node("Div", ["one", "r"], ["y"]),
+    ]
+
+
+def test_one_over_sqrt_is_rsqrt_rounded_once():
+    model = _model(_rsqrt_nodes())
+    assert _ops(model)[1:] == ["rsqrt"]
+    x = np.arange(65536, dtype=np.uint16).view(np.float16).reshape(2, 32, 1024)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = np.asarray(from_onnx(_model(_rsqrt_nodes(), shape=x.shape)).compile()(x))
+        want = (1.0 / np.sqrt(x.astype(np.float64))).astype(np.float16)  # one rounding
+    got = got.astype(np.float16)  # the file's float32 output holds the fp16 values
+    assert np.array_equal(np.isnan(got), np.isnan(want))  # the negatives
+    ok = ~np.isnan(want)
+    assert np.array_equal(got[ok].view(np.uint16), want[ok].view(np.uint16))
+
+
+def test_a_division_that_is_not_one_over_sqrt_is_kept():
+    assert "rsqrt" not in _ops(_model(_rsqrt_nodes(one=2.0)))
+    assert "rsqrt" not in _ops(_model(_rsqrt_nodes(), outputs=("y", "r")))  # sqrt read too
+    nodes = [helper.make_node("Sqrt", ["x"], ["r"]), helper.make_node("Div", ["x", "r"], ["y"])]
+    assert "rsqrt" not in _ops(_model(nodes))  # x / sqrt(x): not a reciprocal
 
 
 def _linear_model(x_shape=(2, 3, 8), bias_input=False, second_user=False):
