@@ -14,9 +14,10 @@ model per family, exported to ONNX by torch, must
   others still reach aneforge as other op sequences (:data:`STILL_DIFFERENT` names how;
   docs/torch_import.md).
 
-Every family runs here: the CNNs and encoders take float inputs, BERT and GPT-2 int64
-``input_ids`` and ``attention_mask``, which import as the engine's integer inputs
-(uint8 ids feeding an embedding, an int16 mask cast to fp16).
+Every family runs here: the CNNs and audio/vision encoders take float inputs, the text
+encoders and GPT-2 int64 ``input_ids`` and ``attention_mask``, which import as the
+engine's integer inputs (uint8 ids feeding an embedding, an int16 mask cast to fp16;
+RoBERTa's and MPNet's position ids computed from the ids on the engine).
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ STILL_DIFFERENT = {
     "swin": (_SAFE_SOFTMAX, "same bits"),
     "bert": (_NAN_GUARD, "same bits"),
     "roberta": (_NAN_GUARD, "same bits"),  # its position ids: the same ops both ways
+    "electra": (_NAN_GUARD, "same bits"),
+    "albert": (_NAN_GUARD, "same bits"),
+    "distilbert": (_NAN_GUARD, "same bits"),
+    "clip_text": (_NAN_GUARD, "same bits"),
+    "t5_encoder": (_SAFE_SOFTMAX, "same bits"),  # its Div(1, Sqrt) imports as rsqrt
+    "bart_encoder": (_NAN_GUARD, "same bits"),
     "gpt2": (_NAN_GUARD, "same bits"),
     "whisper_encoder": (_SAFE_SOFTMAX, "same bits"),
     "clip_vision": (_SAFE_SOFTMAX, "same bits"),

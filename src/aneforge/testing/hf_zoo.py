@@ -11,8 +11,10 @@ its inputs like the ONNX graph's) and returns one tensor. The zoo test
 Families (:data:`FAMILIES`): ``resnet``, ``mobilenet_v2``, ``efficientnet``,
 ``convnext``, ``vit``, ``swin``, ``bert`` (int64 ``input_ids`` and ``attention_mask``),
 ``roberta`` and ``mpnet`` (the same inputs, the last three tokens padding: position ids
-computed from the ids), ``gpt2`` (one forward pass over the same two inputs), ``whisper_encoder``,
-``clip_vision``.
+computed from the ids), the other text encoders with the same two inputs (``electra``,
+``albert``, ``distilbert``, ``clip_text``, ``t5_encoder``, ``bart_encoder``: their last
+hidden states), ``gpt2`` (one forward pass over the same two inputs),
+``whisper_encoder``, ``clip_vision``.
 
 Needs ``torch`` and ``transformers`` (test extras); nothing else in aneforge imports this
 module.
@@ -45,6 +47,12 @@ FAMILIES = (
     "bert",
     "roberta",
     "mpnet",
+    "electra",
+    "albert",
+    "distilbert",
+    "clip_text",
+    "t5_encoder",
+    "bart_encoder",
     "gpt2",
     "whisper_encoder",
     "clip_vision",
@@ -216,6 +224,52 @@ def _mpnet(T, rng):
     return T.MPNetModel(cfg, add_pooling_layer=False), _padded_ids(rng, cfg), False
 
 
+#: the text encoders' common size: two layers of width 32, two heads
+_TEXT = dict(
+    vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+    intermediate_size=64, max_position_embeddings=64,
+)  # fmt: skip
+
+
+def _electra(T, rng):
+    return T.ElectraModel(T.ElectraConfig(embedding_size=16, **_TEXT)), _ids(rng), False
+
+
+def _albert(T, rng):
+    cfg = T.AlbertConfig(embedding_size=16, **_TEXT)  # one layer's weights, shared
+    return T.AlbertModel(cfg, add_pooling_layer=False), _ids(rng), False
+
+
+def _distilbert(T, rng):
+    cfg = T.DistilBertConfig(
+        vocab_size=VOCAB, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
+        max_position_embeddings=64,
+    )  # fmt: skip
+    return T.DistilBertModel(cfg), _ids(rng), False
+
+
+def _clip_text(T, rng):
+    cfg = T.CLIPTextConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, bos_token_id=0, eos_token_id=2,
+    )  # fmt: skip
+    return T.CLIPTextModel(cfg), _ids(rng), False
+
+
+def _t5_encoder(T, rng):
+    cfg = T.T5Config(vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2)
+    return T.T5EncoderModel(cfg), _ids(rng), False
+
+
+def _bart_encoder(T, rng):
+    cfg = T.BartConfig(
+        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=1,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, max_position_embeddings=64,
+    )  # fmt: skip
+    return T.BartModel(cfg).get_encoder(), _ids(rng), False
+
+
 def _padded_ids(rng, cfg):
     """:func:`_ids` with the last three tokens padding (the pad id, masked out)."""
     inputs = _ids(rng)
@@ -259,6 +313,12 @@ _BUILDERS = {
     "bert": _bert,
     "roberta": _roberta,
     "mpnet": _mpnet,
+    "electra": _electra,
+    "albert": _albert,
+    "distilbert": _distilbert,
+    "clip_text": _clip_text,
+    "t5_encoder": _t5_encoder,
+    "bart_encoder": _bart_encoder,
     "gpt2": _gpt2,
     "whisper_encoder": _whisper_encoder,
     "clip_vision": _clip_vision,
