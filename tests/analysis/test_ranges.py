@@ -252,3 +252,19 @@ def test_row_norms_stay_sound_through_an_attention_block():
             else:
                 feed = rng.uniform(-scale, scale, (1, s, d))
             assert rep.violations(feed) == [], (trial, scale)
+
+
+@pytest.mark.parametrize("norm", ["layer_norm", "rms_norm"])
+def test_a_norm_whose_output_may_overflow_claims_no_row_bound(norm):
+    # a weight of 40000 takes a normalized value of 2 past 65504: the output may be inf,
+    # and a row holding inf has no finite 2-norm bound (found by the random-graph property)
+    x = af.input((3, 5), name="x")
+    y = getattr(af, norm)(x, np.full(5, 40000.0))
+    rep = af.range_analysis(y, input_ranges={"x": (-1.0, 1.0)})
+    node = rep.nodes[-1]
+    assert node.op == norm and node.interval.hi == math.inf and node.interval.l2 == math.inf
+    feed = np.array([[1.0, -1.0, -1.0, -1.0, -1.0]] * 3)  # normalized: 2, -0.5, ...
+    assert rep.violations(feed) == []
+    # without the overflow the bound stands
+    small = af.range_analysis(getattr(af, norm)(x, np.full(5, 4.0)), input_ranges={"x": 1.0})
+    assert math.isfinite(small.nodes[-1].interval.l2)

@@ -19,7 +19,7 @@ Example:
     >>> g = helper.make_graph([node], "g", [x], [y])
     >>> m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     >>> sorted({t.op for t in topological_order(af.from_onnx(m).outputs)})
-    ['add', 'div', 'input', 'mean', 'pow', 'sqrt', 'sub', 'weight']
+    ['add', 'div', 'input', 'mean', 'sqrt', 'square', 'sub', 'weight']
 """
 
 from __future__ import annotations

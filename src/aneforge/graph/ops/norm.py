@@ -409,6 +409,8 @@ def _with_row_l2(iv: Interval, node, srcs, n: int, eps: float, divided=True) -> 
     shape = node.srcs[0].shape
     if node.attrs["axis"] % len(shape) != len(shape) - 1:
         return iv
+    if not (math.isfinite(iv.lo) and math.isfinite(iv.hi)):
+        return iv  # the bound is for finite rows: one that may hold an inf has none
     l2 = _affine_l2(row_l2(n, eps, divided), node, srcs, n)
     return Interval(iv.lo, iv.hi, iv.nan, iv.tiny, l2=l2)
 
