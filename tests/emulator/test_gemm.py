@@ -181,6 +181,21 @@ def test_fast_batched_and_non_contiguous(rng):
     check_fast(at, bb)
 
 
+def test_read_only_and_writable_operands_share_one_compiled_kernel(rng):
+    # a program's weights are read-only arrays, padded copies are not: both reach the
+    # kernel as one array type, so a cold process compiles it once (docs/kernel.md)
+    gemm_module._ensure_kernel()
+    for writable in (True, False):
+        a = normal_fp16(rng, (1, 2 * gemm_module._MR, 40))
+        a.flags.writeable = writable
+        b = normal_fp16(rng, (1, 40, gemm_module._NR))
+        panels = np.ascontiguousarray(b.view(np.uint16).reshape(1, 40, 1, gemm_module._NR)
+                                      .transpose(0, 2, 1, 3))  # fmt: skip
+        got = gemm_module._launch(a.view(np.uint16), panels, a.shape[1], b.shape[2])
+        assert_same_bits(got, gemm_reference(a, b))
+    assert len(gemm_module._jit.signatures) == 1
+
+
 def test_fast_orientations_agree(rng):
     # narrow outputs run transposed (C^T = B^T A^T); both must give the reference bits
     for m, n in ((200, 3), (3, 200), (65, 1), (1, 65)):

@@ -612,6 +612,10 @@ def _launch(a16, panels, m, n, pack=None):
     nb, mp, k = a16.shape
     npan = panels.shape[1]
     out = np.empty((nb, m, n), dtype=np.uint16)
+    # always a read-only view: the kernel only reads a, and one array type means one
+    # compiled specialization (a program's weights are read-only, padded copies are not)
+    a16 = a16.view()
+    a16.flags.writeable = False
     small = nb * mp * npan * _NR * k < _SERIAL_WORK  # threads cost more than they save
     with _launch_lock:  # one parallel launch at a time: not every numba threading layer
         threads = numba.get_num_threads()  # accepts concurrent launches from several threads
