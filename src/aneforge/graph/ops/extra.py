@@ -176,23 +176,34 @@ def _embedding_reads(in_shapes, out_shape, attrs):
     return math.prod(out_shape), math.prod(in_shapes[1])
 
 
-register(
-    replace(
-        fused_op(
-            "embedding",
-            2,
-            {},
-            _rows_shape("embedding"),
-            lambda inputs, attrs, arith=None: _embedding(inputs, attrs),
-            _embedding,
-            doc="the rows of table (axis 0) at the run-time integer ids, copied exactly",
-            sign=lambda node, nonneg: bool(nonneg[0]),
-            range=same,  # every value is one of the table's
-            flags=(Flag.MOVEMENT,),
-        ),
-        int_inputs={1: "index"},
-        reads=_embedding_reads,
+def _register_row_gather(name: str, kernel, doc: str, **record) -> None:
+    """Register ``name(table, ids)``: the rows of ``table`` at ``ids`` by ``kernel``
+    (both executors), a movement of the table's values that reads one row per id."""
+    register(
+        replace(
+            fused_op(
+                name,
+                2,
+                {},
+                _rows_shape(name),
+                lambda inputs, attrs, arith=None: kernel(inputs, attrs),
+                kernel,
+                doc=doc,
+                sign=lambda node, nonneg: bool(nonneg[0]),
+                range=same,  # every value is one of the table's
+                flags=(Flag.MOVEMENT,),
+            ),
+            reads=_embedding_reads,
+            **record,
+        )
     )
+
+
+_register_row_gather(
+    "embedding",
+    _embedding,
+    "the rows of table (axis 0) at the run-time integer ids, copied exactly",
+    int_inputs={1: "index"},
 )
 
 
@@ -231,22 +242,10 @@ def _embedding_fp16_ids(inputs, attrs):
     return np.take(np.asarray(table), fp16_row_ids(ids, table.shape[0]), axis=0)
 
 
-register(
-    replace(
-        fused_op(
-            "embedding_fp16_ids",
-            2,
-            {},
-            _rows_shape("embedding_fp16_ids"),
-            lambda inputs, attrs, arith=None: _embedding_fp16_ids(inputs, attrs),
-            _embedding_fp16_ids,
-            doc="the rows of table (axis 0) at run-time fp16 whole-number ids, copied exactly",
-            sign=lambda node, nonneg: bool(nonneg[0]),
-            range=same,  # every value is one of the table's
-            flags=(Flag.MOVEMENT,),
-        ),
-        reads=_embedding_reads,
-    )
+_register_row_gather(
+    "embedding_fp16_ids",
+    _embedding_fp16_ids,
+    "the rows of table (axis 0) at run-time fp16 whole-number ids, copied exactly",
 )
 
 
