@@ -253,7 +253,7 @@ def test_portable_codegen_matches_reference(env):
     run_python_with_env(_PORTABLE_SCRIPT, env)
 
 
-# ---- a convolution's bias add ------------------------------------------------------------
+# ---- a convolution's (and a linear's) bias add --------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -287,3 +287,21 @@ def test_a_conv_with_a_bias_gives_the_reference_bits_on_the_fast_path():
     fast = execute_fp16(prog, [feed])[0]
     slow = execute_fp16(prog, [feed], fast=False)[0]
     assert_same_bits(fast, slow)
+
+
+@pytest.mark.parametrize("shape", [(256, 384), (2, 16, 32), (3, 7)])
+def test_a_linear_with_a_bias_gives_the_reference_bits_on_the_fast_path(shape):
+    # the features as channels: (rows, F, 1) + (F, 1) through the compiled bias add
+    rng = np.random.default_rng(sum(shape))
+    f_in, f_out = shape[-1], 48
+    x = af.input(shape, name="x")
+    w = (rng.standard_normal((f_out, f_in)) / np.sqrt(f_in)).astype(np.float16)
+    b = rng.integers(0, 1 << 16, f_out, dtype=np.uint16).view(np.float16)  # any bits
+    prog = af.compile(af.linear(x, w, b), opt=0)
+    feed = (rng.standard_normal(shape) * 4).astype(np.float16)
+    fast = execute_fp16(prog, [feed])[0]
+    slow = execute_fp16(prog, [feed], fast=False)[0]
+    assert_same_bits(fast, slow)
+    product = execute_fp16(af.compile(af.linear(x, w), opt=0), [feed])[0]
+    with np.errstate(all="ignore"):
+        assert_same_bits(fast, product + b)  # NumPy's fp16 add of the rounded product

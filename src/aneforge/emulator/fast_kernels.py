@@ -459,8 +459,9 @@ def _bias_add_matches() -> bool:
 
 
 def bias_add_fast(y, b):
-    """A convolution's bias add, ``y + b`` in fp16 with ``b`` one value per channel
-    (axis 1) shaped ``(C, 1, ...)``, compiled, with NumPy's bits; None where it does not
+    """A per-channel bias add (a convolution's; a linear's, its features as channels),
+    ``y + b`` in fp16 with ``b`` one value per channel (axis 1) shaped ``(C, 1, ...)``,
+    compiled, with NumPy's bits; None where it does not
     apply (not one value per channel) or cannot run here (then one
     :class:`~aneforge.emulator.gemm.FastPathWarning` per process says why). The
     ``bias`` backend of :class:`~aneforge.graph.arith.Arith`.
@@ -473,7 +474,7 @@ def bias_add_fast(y, b):
         True
     """
     if not _checked_once(_bias_state, _bias_add_matches):
-        _gemm.warn_fallback("conv bias add", _bias_state["error"] or "it was switched off")
+        _gemm.warn_fallback("bias add", _bias_state["error"] or "it was switched off")
         return None
     return _run_bias_add(y, b)
 

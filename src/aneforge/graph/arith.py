@@ -48,9 +48,10 @@ class Arith:
             (N*G, Cout/G, K) weights and ``xp`` the padded NCHW input gives what
             ``backend(w3, patches)`` gives, bit for bit, or None where it does not
             apply (the convolution then builds its patches).
-        bias: an optional faster convolution bias add: ``bias(y, b)`` with ``b`` one fp16
-            value per channel shaped ``(C, 1, ...)`` gives ``y + b``'s fp16 bits, or
-            None where it does not apply (the convolution then adds in NumPy).
+        bias: an optional faster per-channel bias add (a convolution's; a linear's, its
+            features as channels): ``bias(y, b)`` with ``b`` one fp16 value per channel
+            (axis 1) shaped ``(C, 1, ...)`` gives ``y + b``'s fp16 bits, or None where it
+            does not apply (the op then adds in NumPy).
     """
 
     backend: Callable | None = None

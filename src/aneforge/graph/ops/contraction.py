@@ -185,13 +185,12 @@ def _linear_shape(in_shapes, attrs):
 
 def _linear_emulate(inputs, attrs, arith):
     x, w = inputs[:2]
-    lead = x.shape[:-1]
-    y = as_arith(arith).matmul(x.reshape(1, -1, x.shape[-1]), w.T[None])
-    y = y.reshape(lead + (w.shape[0],))
-    if len(inputs) == 3:
-        with np.errstate(all="ignore"):
-            y = y + inputs[2]  # fp16 + fp16 in NumPy: computed in float32, rounded once
-    return y
+    a = as_arith(arith)
+    lead, n = x.shape[:-1], w.shape[0]
+    y = a.matmul(x.reshape(1, -1, x.shape[-1]), w.T[None])
+    if len(inputs) == 3:  # the features as channels: (rows, n, 1) + (n, 1), rounded once
+        y = _bias_adder(a)(y.reshape(-1, n, 1), inputs[2].reshape(n, 1))
+    return y.reshape(lead + (n,))
 
 
 def _linear_exact(inputs, attrs):
@@ -389,19 +388,26 @@ def _conv_run(inputs, attrs, matmul, add_bias, windows=None):
 
 def _add_fp16(y, b):
     with np.errstate(all="ignore"):
-        return y + b
+        return y + b  # fp16 + fp16 in NumPy: computed in float32, rounded once
+
+
+def _bias_adder(a):
+    """``add(y, b)``: ``y + b`` for one fp16 value per channel (axis 1, ``b`` shaped
+    ``(C, 1, ...)``), by the policy's compiled bias add where it applies, else NumPy's
+    fp16 add: the same bits either way."""
+    if a.bias is None:
+        return _add_fp16
+
+    def add(y, b):
+        out = a.bias(y, b)
+        return _add_fp16(y, b) if out is None else out
+
+    return add
 
 
 def _conv_emulate(inputs, attrs, arith):
     a = as_arith(arith)
-    add = _add_fp16
-    if a.bias is not None:
-
-        def add(y, b):
-            out = a.bias(y, b)
-            return _add_fp16(y, b) if out is None else out
-
-    return _conv_run(inputs, attrs, a.matmul, add, a.windows)
+    return _conv_run(inputs, attrs, a.matmul, _bias_adder(a), a.windows)
 
 
 def _conv_exact(inputs, attrs):
