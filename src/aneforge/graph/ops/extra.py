@@ -155,15 +155,20 @@ def row_ids(ids, rows: int) -> np.ndarray:
             "to 2048 (fp16); feed the integer input an integer array (a program checks it "
             "with aneforge.graph.tensor.integer_feed)"
         )
-    whole = ids
-    bad = (whole < 0) | (whole >= rows)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
+    where = _first_bad((ids < 0) | (ids >= rows))
+    if where is not None:
         raise IdRangeError(
             f"embedding: id {ids[where].item():g} at index {where} is outside the table's "
             f"{rows} rows [0, {rows}); ids are never clamped: give ids below {rows}"
         )
-    return whole.astype(np.intp)
+    return ids.astype(np.intp)
+
+
+def _first_bad(bad: np.ndarray) -> tuple | None:
+    """The index of the first id flagged in ``bad`` (row-major order), or None."""
+    if not bad.any():
+        return None
+    return tuple(int(i) for i in np.argwhere(bad)[0])
 
 
 def _embedding(inputs, attrs):
@@ -227,8 +232,8 @@ def fp16_row_ids(ids, rows: int) -> np.ndarray:
     ids = np.asarray(ids, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(ids) | (ids != np.floor(ids)) | (ids < 0) | (ids >= rows)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
+    where = _first_bad(bad)
+    if where is not None:
         raise IdValueError(
             f"embedding_fp16_ids: id {ids[where].item():g} at index {where} is not a row of "
             f"the table (a whole number in [0, {rows})); run-time ids are never rounded or "
