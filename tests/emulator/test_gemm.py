@@ -347,6 +347,10 @@ over = np.array([[[45.0, 1.0]]], np.float16)  # 65520 must become inf before - 1
 cases.append((over, np.array([[[1456.0], [-1000.0]]], np.float16)))
 sums = np.array([[65504, 16], [65504, 15], [-65504, -16], [65504, 8]], np.float16)[None]
 cases.append((sums, np.ones((1, 2, 33), np.float16)))  # sums at the overflow threshold
+every = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+every = every[np.abs(every.astype(np.float32)) < 16384].reshape(1, -1, 1)  # no overflow:
+cols = [1.5, -0.75, 3.0, 1 + 2.0**-10, -(2.0**-10), 6e-8, 0.0, -2.9]  # the magic path
+cases.append((every, np.array(cols, np.float16).reshape(1, 1, -1)))  # every rounding
 bad = [i for i, (a, b) in enumerate(cases) if not _same_bits(gemm_fast(a, b),
                                                           gemm_reference(a, b))]
 print("mismatching cases:", bad)
@@ -363,25 +367,31 @@ def test_portable_codegen_matches_reference(env):
 
 _TILE_PREFIX = """
 import aneforge.emulator.gemm as g
-g._choose_tile = lambda features: ({vw}, {nv})
+g._choose_tile = lambda features: ({vw}, {nv}, {magic})
 from aneforge.emulator import windows
 x = np.zeros((1, 3, 9, 9), np.float16)
 w3 = np.ones((1, 5, 27), np.float16)
 windows.gemm_windows(w3, x, (3, 3), (1, 1), (1, 1), 1)
-assert (g._VW, g._NV, g._NR) == ({vw}, {nv}, {vw} * {nv}), (g._VW, g._NV)
+assert (g._VW, g._NV, g._NR, g._MAGIC) == ({vw}, {nv}, {vw} * {nv}, {magic}), (g._VW, g._NV)
 assert windows._windows_state["ok"], windows._windows_state["error"]
 """
 
 
-@pytest.mark.parametrize(("vw", "nv"), [(8, 3), (16, 2)], ids=["avx2", "avx512"])
-def test_every_tile_geometry_matches_reference(tmp_path, vw, nv):
-    """The tile the CPU picks (``_choose_tile``) changes speed, never bits: both tiles,
-    compiled here (LLVM splits vectors wider than the CPU's), give the oracle's bits on
-    the same cases as the portable code generation, and so do the gathered conv panels.
-    A fresh numba cache: a cached kernel holds the tile it was compiled with."""
+@pytest.mark.parametrize(
+    ("vw", "nv", "magic"),
+    [(8, 3, False), (16, 2, False), (16, 4, True), (8, 3, True)],
+    ids=["avx2", "avx512fp16", "avx512-magic", "avx2-magic"],
+)
+def test_every_tile_geometry_matches_reference(tmp_path, vw, nv, magic):
+    """The tile the CPU picks (``_choose_tile``) changes speed, never bits: every tile
+    and both product roundings, compiled here (LLVM splits vectors wider than the
+    CPU's), give the oracle's bits on the same cases as the portable code generation
+    (random bits with inf and NaN, overflowing products: the magic tile's exact path),
+    and so do the gathered conv panels. A fresh numba cache: a cached kernel holds the
+    tile it was compiled with."""
     script = _PORTABLE_SCRIPT.replace(
         "from aneforge.emulator.gemm import",
-        _TILE_PREFIX.format(vw=vw, nv=nv) + "from aneforge.emulator.gemm import",
+        _TILE_PREFIX.format(vw=vw, nv=nv, magic=magic) + "from aneforge.emulator.gemm import",
         1,
     )
     script = "import numpy as np\n" + script
@@ -389,9 +399,10 @@ def test_every_tile_geometry_matches_reference(tmp_path, vw, nv):
 
 
 def test_the_tile_follows_the_vector_registers():
-    assert gemm_module._choose_tile("+avx2,-avx512f,+f16c,+fma") == (8, 3)
-    assert gemm_module._choose_tile("+avx2,+avx512f,+avx512fp16") == (16, 2)
-    assert gemm_module._choose_tile("+neon,+fp-armv8") == (8, 3)
+    assert gemm_module._choose_tile("+avx2,-avx512f,+f16c,+fma") == (8, 3, False)
+    assert gemm_module._choose_tile("+avx2,+avx512f,+f16c,+fma") == (16, 4, True)
+    assert gemm_module._choose_tile("+avx2,+avx512f,+avx512fp16,+fma") == (16, 2, False)
+    assert gemm_module._choose_tile("+neon,+fp-armv8") == (8, 3, False)
 
 
 # ---- input validation ------------------------------------------------------------------
@@ -413,3 +424,16 @@ def test_the_tile_follows_the_vector_registers():
 def test_invalid_operands_raise_value_error(fn, a, b, message):
     with pytest.raises(ValueError, match=message):
         fn(a, b)
+
+
+def test_an_overflowing_product_in_one_task_leaves_the_others_exact():
+    """One product of 120,000 (fp16: inf) in a large problem: its task takes the exact
+    path where the CPU's tile rounds by magic numbers, the other tasks do not, and the
+    whole result has the oracle's bits, the inf row included."""
+    rng = np.random.default_rng(11)
+    a = (rng.standard_normal((1, 200, 300)) * 0.5).astype(np.float16)
+    b = (rng.standard_normal((1, 300, 300)) * 0.5).astype(np.float16)
+    a[0, 150, 7], b[0, 7, 250] = 30000.0, 4.0
+    got = gemm_fast(a, b)
+    assert np.isinf(got[0, 150, 250])
+    assert_same_bits(got, gemm_reference(a, b))

@@ -94,35 +94,8 @@ def _define_kernels() -> None:
     global _h2f, _r16, _f32_to_f16_bits, _bn_par_jit, _bn_ser_jit, _dw_jit
     global _bias_par_jit, _bias_ser_jit
 
-    @intrinsic
-    def _h2f(typingctx, bits):
-        """Exact float32 value of fp16 ``bits`` (uint16)."""
-        if bits != nbtypes.uint16:
-            return None
-
-        def codegen(context, builder, signature, args):
-            if _gemm._native_half(context):
-                half = builder.bitcast(args[0], llir.HalfType())
-                return builder.fpext(half, llir.FloatType())
-            return _gemm._emit_bits_to_f32(builder, args[0])
-
-        return nbtypes.float32(nbtypes.uint16), codegen
-
-    @intrinsic
-    def _r16(typingctx, x):
-        """float32 ``x`` rounded to fp16 (RNE, subnormals, overflow to inf), as float32."""
-        if x != nbtypes.float32:
-            return None
-
-        def codegen(context, builder, signature, args):
-            if _gemm._native_half(context):
-                half = builder.fptrunc(args[0], llir.HalfType())
-                return builder.fpext(half, llir.FloatType())
-            return _gemm._emit_round_to_f16_grid(builder, args[0])
-
-        return nbtypes.float32(nbtypes.float32), codegen
-
-    _f32_to_f16_bits = _gemm._f32_to_f16_bits
+    # the fp16 conversions are the gemm module's intrinsics (it defined them first)
+    _h2f, _r16, _f32_to_f16_bits = _gemm._h2f, _gemm._r16, _gemm._f32_to_f16_bits
 
     _cache = not _FORCE_PORTABLE
     try:

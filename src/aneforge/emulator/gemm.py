@@ -15,9 +15,9 @@ Three entry points share that contract bit for bit:
 
 - :func:`gemm_reference`: plain NumPy, a Python loop over k. It is the oracle.
 - :func:`gemm_fast`: a numba kernel. The operands are zero-padded to whole output tiles
-  (4 x 24, or 4 x 32 with AVX-512; padding only ever feeds padded outputs, which are
-  dropped), and every tile goes through one register-blocked micro-kernel written as
-  LLVM vector IR. Each thread owns
+  (4 x 24, 4 x 32 with AVX512-FP16, 4 x 64 with other AVX-512: :func:`_choose_tile`;
+  padding only ever feeds padded outputs, which are dropped), and every tile goes
+  through one register-blocked micro-kernel written as LLVM vector IR. Each thread owns
   whole tiles and walks k in ascending order (k-blocks only split the walk, the float32
   sums are carried across them), so threading changes nothing. A narrow problem may run
   transposed, C^T = B^T A^T, which has the same products (IEEE multiplication commutes)
@@ -35,14 +35,20 @@ How the product rounding is generated depends on the target numba compiles for:
   exact float32 product, round-to-fp16-grid by bit surgery). Used everywhere else, since
   without F16C LLVM would call ``__extendhfsf2``/``__truncsfhf2``, which numba's JIT
   cannot resolve (LLVM aborts the process). ``ANEFORGE_EMU_GEMM_PORTABLE=1`` forces it.
+- magic numbers, on x86 with AVX-512 but not AVX512-FP16: the product is rounded by
+  float32 arithmetic alone (:func:`~aneforge.emulator.fp16_ir.magic_rounded_product`,
+  which proves it exact), with no conversion instruction, when a NumPy scan of the
+  operands shows that no product can reach 65520 or meet an inf or NaN
+  (:func:`_magic_applies`); other calls take the fp16 format's rounding above.
 
 No fast-math flags are ever set, so LLVM may not fuse the rounded product into the add
-(no FMA) nor reorder the sum. numba is imported on the first call that needs the kernel
-(:func:`load_numba`), never by ``import aneforge``. On first use the compiled kernel is
-checked against the reference on a small built-in problem; a mismatch or compile failure
-disables it. Whatever keeps the fast path from loading (numba does not import, the kernel
-does not compile or does not match), :func:`gemm` serves every call from the reference and
-says why once per process with a :class:`FastPathWarning`.
+nor reorder the sum (the magic rounding's one FMA is an explicit ``llvm.fma``). numba is
+imported on the first call that needs the kernel (:func:`load_numba`), never by ``import
+aneforge``. On first use the compiled kernel is checked against the reference on small
+built-in problems (both product paths); a mismatch or compile failure disables it.
+Whatever keeps the fast path from loading (numba does not import, the kernel does not
+compile or does not match), :func:`gemm` serves every call from the reference and says
+why once per process with a :class:`FastPathWarning`.
 
 Example:
     >>> import numpy as np
@@ -55,7 +61,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import threading
@@ -64,6 +69,7 @@ import warnings
 import numpy as np
 
 from ..errors import FastPathWarning
+from . import fp16_ir
 
 __all__ = ["FAST_PATH_AVAILABLE", "FastPathWarning", "gemm", "gemm_fast", "gemm_reference"]
 
@@ -241,21 +247,7 @@ def gemm_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return acc.astype(np.float16)
 
 
-# ---- LLVM IR emitters (used by the intrinsics below) ---------------------------------
-
-
-def _splat(ty, value):
-    """A constant of scalar or vector type ``ty`` with every lane equal to ``value``."""
-    if isinstance(ty, llir.VectorType):
-        return llir.Constant(ty, [value] * ty.count)
-    return llir.Constant(ty, value)
-
-
-def _like(ty, element):
-    """``element`` type, or a vector of it with as many lanes as ``ty``."""
-    if isinstance(ty, llir.VectorType):
-        return llir.VectorType(element, ty.count)
-    return element
+# ---- code generation helpers ---------------------------------------------------------
 
 
 def _native_half(context) -> bool:
@@ -272,101 +264,6 @@ def _native_half(context) -> bool:
     return arch in ("aarch64", "arm64")
 
 
-def _emit_bits_to_f32(builder, bits):
-    """Portable exact fp16 -> float32 of i16 bits (scalar or vector), integers only."""
-    i32 = _like(bits.type, llir.IntType(32))
-    f32 = _like(bits.type, llir.FloatType())
-    h = builder.zext(bits, i32)
-    sign = builder.shl(builder.and_(h, _splat(i32, 0x8000)), _splat(i32, 16))
-    mag = builder.and_(h, _splat(i32, 0x7FFF))
-    shifted = builder.shl(mag, _splat(i32, 13))
-    normal = builder.add(shifted, _splat(i32, 112 << 23))  # rebias exponent 15 -> 127
-    special = builder.or_(shifted, _splat(i32, 0x7F800000))  # inf / nan
-    tiny = builder.fmul(builder.uitofp(mag, f32), _splat(f32, 2.0**-24))  # subnormal, 0
-    out = builder.select(builder.icmp_unsigned(">=", mag, _splat(i32, 0x7C00)), special, normal)
-    out = builder.select(
-        builder.icmp_unsigned("<", mag, _splat(i32, 0x0400)), builder.bitcast(tiny, i32), out
-    )
-    return builder.bitcast(builder.or_(out, sign), f32)
-
-
-def _emit_round_to_f16_grid(builder, x):
-    """Portable fp16 rounding of float32 ``x`` (RNE, subnormals, overflow to inf).
-
-    The result is a float32 holding exactly the fp16 value.
-    """
-    i32 = _like(x.type, llir.IntType(32))
-    f32 = x.type
-    u = builder.bitcast(x, i32)
-    sign = builder.and_(u, _splat(i32, 0x80000000))
-    ax = builder.and_(u, _splat(i32, 0x7FFFFFFF))
-    # fp16 normal range: drop 13 mantissa bits, ties to even (a carry may bump the exponent)
-    lsb = builder.and_(builder.lshr(ax, _splat(i32, 13)), _splat(i32, 1))
-    normal = builder.add(builder.add(ax, _splat(i32, 0x0FFF)), lsb)
-    normal = builder.and_(normal, _splat(i32, 0xFFFFE000))
-    # fp16 subnormal range (< 2**-14): |x| + 0.5 lands in [0.5, 1), whose float32 spacing
-    # is 2**-24, the fp16 subnormal step; the float32 add rounds ties to even, and
-    # subtracting 0.5 back is exact
-    half_c = _splat(f32, 0.5)
-    absx = builder.bitcast(ax, f32)
-    tiny = builder.bitcast(builder.fsub(builder.fadd(absx, half_c), half_c), i32)
-    out = builder.select(builder.icmp_unsigned("<", ax, _splat(i32, 0x38800000)), tiny, normal)
-    # 65520 = 65504 + half an ulp rounds (to even) to 65536: overflow to inf
-    inf = _splat(i32, 0x7F800000)
-    out = builder.select(builder.icmp_unsigned(">=", ax, _splat(i32, 0x477FF000)), inf, out)
-    out = builder.select(builder.icmp_unsigned(">", ax, inf), ax, out)  # nan stays nan
-    return builder.bitcast(builder.or_(out, sign), f32)
-
-
-def _emit_f16_grid_to_bits(builder, x):
-    """Portable fp16 bits (i16) of a float32 ``x`` that already holds an fp16 value."""
-    i32 = _like(x.type, llir.IntType(32))
-    u = builder.bitcast(x, i32)
-    sign = builder.and_(builder.lshr(u, _splat(i32, 16)), _splat(i32, 0x8000))
-    ax = builder.and_(u, _splat(i32, 0x7FFFFFFF))
-    normal = builder.lshr(builder.sub(ax, _splat(i32, 112 << 23)), _splat(i32, 13))
-    scaled = builder.fmul(builder.bitcast(ax, x.type), _splat(x.type, 2.0**24))
-    tiny = builder.fptoui(scaled, i32)  # subnormal or zero: an exact integer 0..1023
-    out = builder.select(builder.icmp_unsigned("<", ax, _splat(i32, 0x38800000)), tiny, normal)
-    inf = _splat(i32, 0x7F800000)
-    out = builder.select(builder.icmp_unsigned("==", ax, inf), _splat(i32, 0x7C00), out)
-    out = builder.select(builder.icmp_unsigned(">", ax, inf), _splat(i32, 0x7E00), out)
-    return builder.trunc(builder.or_(out, sign), _like(x.type, llir.IntType(16)))
-
-
-def _emit_operand(builder, bits, native):
-    """Turn fp16 bits into the multiplicand form: ``half`` (native) or exact float32."""
-    if native:
-        return builder.bitcast(bits, _like(bits.type, llir.HalfType()))
-    return _emit_bits_to_f32(builder, bits)
-
-
-def _emit_product(builder, x, y, native):
-    """float32 (scalar or vector) equal to fp16(x * y) for operands from _emit_operand."""
-    if native:
-        # IEEE fmul on half is the correctly rounded fp16 product; fpext is exact
-        return builder.fpext(builder.fmul(x, y), _like(x.type, llir.FloatType()))
-    return _emit_round_to_f16_grid(builder, builder.fmul(x, y))  # float32 product: exact
-
-
-def _allow_wide_vectors(builder):
-    """Let x86 keep 512-bit vectors whole (LLVM splits them when it prefers 256 bits).
-
-    ``"min-legal-vector-width"`` is an LLVM function attribute (clang sets it for code using
-    512-bit intrinsics); other targets ignore it. llvmlite only accepts a fixed list of
-    attribute names, hence the direct set insertion; if that ever fails the vectors are
-    split into halves, which is slower but computes the same.
-    """
-    with contextlib.suppress(Exception):
-        set.add(builder.function.attributes, '"min-legal-vector-width"="512"')
-
-
-def _byte_address(builder, base, offset, pointee):
-    """Pointer to ``pointee`` at ``base`` plus ``offset`` bytes."""
-    raw = builder.bitcast(base, llir.IntType(8).as_pointer())
-    return builder.bitcast(builder.gep(raw, [offset]), pointee.as_pointer())
-
-
 def _is_array(ty, dtype, ndim):
     return isinstance(ty, nbtypes.Array) and ty.dtype == dtype and ty.ndim == ndim
 
@@ -374,13 +271,15 @@ def _is_array(ty, dtype, ndim):
 # ---- numba intrinsics and kernels -----------------------------------------------------
 
 # Set by _define_kernels once numba has imported; _jit is the compiled _kernel_py.
-_f32_to_f16_bits = _micro_tile = _jit = None
+_h2f = _r16 = _f32_to_f16_bits = _micro_tile = _jit = _micro_tile_magic = None
+_MAGIC = False  # products rounded by fp16_ir.magic_rounded_product (set by _choose_tile)
+_SUM_SCALE = np.float32(1.0)  # what the tile's sums are multiplied by before rounding
 
 
-def _kernel(a, panels, out):
+def _kernel(a, panels, out, magic=False):
     """Run the compiled kernel (:func:`_kernel_py`) on tasks of :func:`_task_shape`;
     load_numba() must have succeeded."""
-    _jit(a, panels, out, *_task_shape(a.shape[0], a.shape[1], panels.shape[1]))
+    _jit(a, panels, out, *_task_shape(a.shape[0], a.shape[1], panels.shape[1]), magic)
 
 
 def _task_shape(nb, mp, npan) -> tuple[int, int]:
@@ -408,18 +307,33 @@ def _codegen_features() -> str:
     return config.CPU_FEATURES or binding.get_host_cpu_features().flatten()
 
 
-def _choose_tile(features: str) -> tuple[int, int]:
-    """``(_VW, _NV)`` for a CPU with LLVM feature string ``features``: 2 x 16 lanes
-    where AVX-512 gives 32 zmm registers, else 3 x 8 lanes (AVX2's 16 ymm registers:
-    12 accumulators, 3 b vectors and a broadcast; measured 15.0 against 12.1 GMAC/s for
-    2 x 16 on a Zen 3). Every tiling gives the same bits: each output's k order does
-    not depend on it.
+def _choose_tile(features: str) -> tuple[int, int, bool]:
+    """``(_VW, _NV, _MAGIC)`` for a CPU with LLVM feature string ``features``: the tile
+    is _MR rows by ``_NV`` vectors of ``_VW`` float32 lanes, and ``_MAGIC`` says whether
+    products are rounded by :func:`~aneforge.emulator.fp16_ir.magic_rounded_product`
+    instead of through the fp16 format.
+
+    - AVX-512 without AVX512-FP16 (32 zmm registers; Zen 4, Skylake-X, Ice Lake): 4 x 16
+      lanes, magic rounding. On a 2-core Zen 4 it ran 1024^3 at 24.4 GMAC/s and ResNet-50
+      in 241 ms, against 21.0 and 300 ms for 2 x 16 lanes through the conversions, whose
+      two instructions take twice the vector pipes' time of a plain operation there.
+    - AVX512-FP16: 2 x 16 lanes, the native ``half`` multiply (``vmulph``).
+    - otherwise 3 x 8 lanes (AVX2's 16 ymm registers: 12 accumulators, 3 b vectors and a
+      broadcast; measured 15.0 against 12.1 GMAC/s for 2 x 16 on a Zen 3), through the
+      conversions: magic rounding's constants and temporaries do not fit beside them.
+
+    Every choice gives the same bits: each output's k order does not depend on it.
 
     Example:
-        >>> _choose_tile("+avx2,+f16c,+fma"), _choose_tile("+avx2,+avx512f,+f16c")
-        ((8, 3), (16, 2))
+        >>> _choose_tile("+avx2,+f16c,+fma"), _choose_tile("+avx2,+avx512f,+f16c,+fma")
+        ((8, 3, False), (16, 4, True))
     """
-    return (16, 2) if "+avx512f" in features.split(",") else (8, 3)
+    flags = set(features.split(","))
+    if "+avx512f" not in flags:
+        return (8, 3, False)
+    if "+avx512fp16" in flags or "+fma" not in flags:
+        return (16, 2, False)
+    return (16, 4, True)
 
 
 def _define_kernels() -> None:
@@ -428,9 +342,38 @@ def _define_kernels() -> None:
     Run once, by :func:`load_numba`, after numba imported. The tile is chosen first, from
     the features numba's cache key holds, so a cached kernel always has this process's
     tile."""
-    global _f32_to_f16_bits, _micro_tile, _jit, _VW, _NV, _NR
-    _VW, _NV = _choose_tile(_codegen_features())
+    global _h2f, _r16, _f32_to_f16_bits, _micro_tile, _micro_tile_magic, _jit
+    global _VW, _NV, _NR, _MAGIC, _SUM_SCALE
+    _VW, _NV, _MAGIC = _choose_tile(_codegen_features())
     _NR = _NV * _VW
+    _SUM_SCALE = np.float32(1.0 / fp16_ir.MAGIC_SCALE if _MAGIC else 1.0)
+
+    @intrinsic
+    def _h2f(typingctx, bits):
+        """Exact float32 value of fp16 ``bits`` (uint16)."""
+        if bits != nbtypes.uint16:
+            return None
+
+        def codegen(context, builder, signature, args):
+            if _native_half(context):
+                return builder.fpext(builder.bitcast(args[0], llir.HalfType()), llir.FloatType())
+            return fp16_ir.bits_to_f32(builder, args[0])
+
+        return nbtypes.float32(nbtypes.uint16), codegen
+
+    @intrinsic
+    def _r16(typingctx, x):
+        """float32 ``x`` rounded to fp16 (RNE, subnormals, overflow to inf), as float32."""
+        if x != nbtypes.float32:
+            return None
+
+        def codegen(context, builder, signature, args):
+            if _native_half(context):
+                half = builder.fptrunc(args[0], llir.HalfType())
+                return builder.fpext(half, llir.FloatType())
+            return fp16_ir.round_to_f16_grid(builder, args[0])
+
+        return nbtypes.float32(nbtypes.float32), codegen
 
     @intrinsic
     def _f32_to_f16_bits(typingctx, x):
@@ -442,81 +385,107 @@ def _define_kernels() -> None:
             if _native_half(context):
                 half = builder.fptrunc(args[0], llir.HalfType())
                 return builder.bitcast(half, llir.IntType(16))
-            return _emit_f16_grid_to_bits(builder, _emit_round_to_f16_grid(builder, args[0]))
+            return fp16_ir.f16_grid_to_bits(builder, fp16_ir.round_to_f16_grid(builder, args[0]))
 
         return nbtypes.uint16(nbtypes.float32), codegen
 
-    @intrinsic
-    def _micro_tile(typingctx, a, panel, c, ia, ic, jc, k0, k1):
-        """c[ic:ic+_MR, jc:jc+_NR] += a[ia:ia+_MR, k] * panel[k, :] for k in [k0, k1).
+    def tile(magic):
+        """The micro-kernel, its products rounded by magic numbers or through fp16."""
 
-        ``a`` is the (M, K) uint16 matrix, ``panel`` the packed (K, _NR) uint16 columns of
-        b for this tile, ``c`` a float32 accumulator; all with unit inner stride. The tile
-        is loaded into registers, each k (ascending) adds its _MR x _NR rounded products
-        lane-wise, and the tile is stored back. No bounds checks: whole tiles only.
-        """
-        if not (
-            _is_array(a, nbtypes.uint16, 2)
-            and _is_array(panel, nbtypes.uint16, 2)
-            and _is_array(c, nbtypes.float32, 2)
-        ):
-            return None
-        intp = nbtypes.intp
-        sig = nbtypes.void(a, panel, c, intp, intp, intp, intp, intp)
+        @intrinsic
+        def micro_tile(typingctx, a, panel, c, ia, ic, jc, k0, k1):
+            """c[ic:ic+_MR, jc:jc+_NR] += a[ia:ia+_MR, k] * panel[k, :] for k in [k0, k1).
 
-        def codegen(context, builder, signature, args):
-            native = _native_half(context)
-            _allow_wide_vectors(builder)
-            arr_a = context.make_array(signature.args[0])(context, builder, args[0])
-            arr_p = context.make_array(signature.args[1])(context, builder, args[1])
-            arr_c = context.make_array(signature.args[2])(context, builder, args[2])
-            a_row = cgutils.unpack_tuple(builder, arr_a.strides, 2)[0]
-            p_row = cgutils.unpack_tuple(builder, arr_p.strides, 2)[0]
-            c_row = cgutils.unpack_tuple(builder, arr_c.strides, 2)[0]
-            t_ia, t_ic, t_jc, t_k0, t_k1 = args[3:]
-            i64 = a_row.type
-            i16, f32 = llir.IntType(16), llir.FloatType()
-            vbits = llir.VectorType(i16, _VW)
-            vf32 = llir.VectorType(f32, _VW)
-            lane0 = llir.Constant(llir.IntType(32), 0)
-            zeros_mask = llir.Constant(llir.VectorType(llir.IntType(32), _VW), [0] * _VW)
+            ``a`` is the (M, K) uint16 matrix, ``panel`` the packed (K, _NR) uint16 columns of
+            b for this tile, ``c`` a float32 accumulator; all with unit inner stride. The tile
+            is loaded into registers, each k (ascending) adds its _MR x _NR rounded products
+            lane-wise, and the tile is stored back. No bounds checks: whole tiles only. With
+            ``magic`` the sums are ``MAGIC_SCALE`` times the products' (none may overflow).
+            """
+            if not (
+                _is_array(a, nbtypes.uint16, 2)
+                and _is_array(panel, nbtypes.uint16, 2)
+                and _is_array(c, nbtypes.float32, 2)
+            ):
+                return None
+            intp = nbtypes.intp
+            sig = nbtypes.void(a, panel, c, intp, intp, intp, intp, intp)
 
-            def c_address(r, v):
-                row = builder.mul(builder.add(t_ic, i64(r)), c_row)
-                col = builder.mul(builder.add(t_jc, i64(v * _VW)), i64(4))
-                return _byte_address(builder, arr_c.data, builder.add(row, col), vf32)
+            def codegen(context, builder, signature, args):
+                native = _native_half(context)
+                fp16_ir.allow_wide_vectors(builder)
+                arr_a = context.make_array(signature.args[0])(context, builder, args[0])
+                arr_p = context.make_array(signature.args[1])(context, builder, args[1])
+                arr_c = context.make_array(signature.args[2])(context, builder, args[2])
+                a_row = cgutils.unpack_tuple(builder, arr_a.strides, 2)[0]
+                p_row = cgutils.unpack_tuple(builder, arr_p.strides, 2)[0]
+                c_row = cgutils.unpack_tuple(builder, arr_c.strides, 2)[0]
+                t_ia, t_ic, t_jc, t_k0, t_k1 = args[3:]
+                i64 = a_row.type
+                i16, f32 = llir.IntType(16), llir.FloatType()
+                vbits = llir.VectorType(i16, _VW)
+                vf32 = llir.VectorType(f32, _VW)
+                lane0 = llir.Constant(llir.IntType(32), 0)
+                zeros_mask = llir.Constant(llir.VectorType(llir.IntType(32), _VW), [0] * _VW)
 
-            # accumulators live in allocas that LLVM promotes to registers
-            slots = {}
-            for r in range(_MR):
-                for v in range(_NV):
-                    slot = cgutils.alloca_once(builder, vf32)
-                    builder.store(builder.load(c_address(r, v), align=4), slot)
-                    slots[r, v] = slot
-            with cgutils.for_range(builder, t_k1, start=t_k0) as loop:
-                k = loop.index
-                p_base = builder.mul(k, p_row)
-                b_ops = []
-                for v in range(_NV):
-                    off = builder.add(p_base, i64(v * _VW * 2))
-                    bits = builder.load(_byte_address(builder, arr_p.data, off, vbits), align=2)
-                    b_ops.append(_emit_operand(builder, bits, native))
+                def c_address(r, v):
+                    row = builder.mul(builder.add(t_ic, i64(r)), c_row)
+                    col = builder.mul(builder.add(t_jc, i64(v * _VW)), i64(4))
+                    return fp16_ir.byte_address(builder, arr_c.data, builder.add(row, col), vf32)
+
+                def as_f32(bits):  # exact float32 of fp16 bits
+                    op = fp16_ir.operand(builder, bits, native)
+                    return builder.fpext(op, vf32) if native else op
+
+                # accumulators live in allocas that LLVM promotes to registers
+                slots = {}
                 for r in range(_MR):
-                    row = builder.mul(builder.add(t_ia, i64(r)), a_row)
-                    off = builder.add(row, builder.mul(k, i64(2)))  # a[ia + r, k]
-                    a_bits = builder.load(_byte_address(builder, arr_a.data, off, i16), align=2)
-                    a_vec = builder.insert_element(llir.Constant(vbits, None), a_bits, lane0)
-                    a_vec = builder.shuffle_vector(a_vec, llir.Constant(vbits, None), zeros_mask)
-                    a_op = _emit_operand(builder, a_vec, native)
                     for v in range(_NV):
-                        prod = _emit_product(builder, a_op, b_ops[v], native)
-                        slot = slots[r, v]
-                        builder.store(builder.fadd(builder.load(slot), prod), slot)
-            for (r, v), slot in slots.items():
-                builder.store(builder.load(slot), c_address(r, v), align=4)
-            return context.get_dummy_value()
+                        slot = cgutils.alloca_once(builder, vf32)
+                        builder.store(builder.load(c_address(r, v), align=4), slot)
+                        slots[r, v] = slot
+                with cgutils.for_range(builder, t_k1, start=t_k0) as loop:
+                    k = loop.index
+                    p_base = builder.mul(k, p_row)
+                    b_ops = []
+                    for v in range(_NV):
+                        off = builder.add(p_base, i64(v * _VW * 2))
+                        ptr = fp16_ir.byte_address(builder, arr_p.data, off, vbits)
+                        bits = builder.load(ptr, align=2)
+                        b_ops.append(
+                            as_f32(bits) if magic else fp16_ir.operand(builder, bits, native)
+                        )
+                    for r in range(_MR):
+                        row = builder.mul(builder.add(t_ia, i64(r)), a_row)
+                        off = builder.add(row, builder.mul(k, i64(2)))  # a[ia + r, k]
+                        ptr = fp16_ir.byte_address(builder, arr_a.data, off, i16)
+                        undef = llir.Constant(vbits, None)
+                        a_vec = builder.insert_element(undef, builder.load(ptr, align=2), lane0)
+                        a_vec = builder.shuffle_vector(a_vec, undef, zeros_mask)
+                        if magic:
+                            a_op = as_f32(a_vec)
+                            a_scaled = builder.fmul(a_op, fp16_ir.splat(vf32, fp16_ir.MAGIC_SCALE))
+                        else:
+                            a_op = fp16_ir.operand(builder, a_vec, native)
+                        for v in range(_NV):
+                            if magic:
+                                prod = fp16_ir.magic_rounded_product(
+                                    builder, a_op, a_scaled, b_ops[v]
+                                )
+                            else:
+                                prod = fp16_ir.rounded_product(builder, a_op, b_ops[v], native)
+                            slot = slots[r, v]
+                            builder.store(builder.fadd(builder.load(slot), prod), slot)
+                for (r, v), slot in slots.items():
+                    builder.store(builder.load(slot), c_address(r, v), align=4)
+                return context.get_dummy_value()
 
-        return sig, codegen
+            return sig, codegen
+
+        return micro_tile
+
+    _micro_tile = tile(False)
+    _micro_tile_magic = tile(True) if _MAGIC else _micro_tile
 
     try:
         _jit = numba.njit(parallel=True, nogil=True, cache=not _FORCE_PORTABLE)(_kernel_py)
@@ -524,12 +493,14 @@ def _define_kernels() -> None:
         _jit = numba.njit(parallel=True, nogil=True)(_kernel_py)
 
 
-def _kernel_py(a, panels, out, mc, pc):
+def _kernel_py(a, panels, out, mc, pc, magic):
     """out[z, :M, :N] = fp16 bits of a[z] @ b[z] under the contract.
 
     ``a`` is (B, Mp, K) uint16 with Mp a multiple of _MR; ``panels`` (B, P, K, _NR)
     uint16 holds b's columns in P zero-padded panels; ``out`` is (B, M, N) uint16. A task
-    owns ``mc`` rows (a multiple of _MR) by ``pc`` panels.
+    owns ``mc`` rows (a multiple of _MR) by ``pc`` panels. ``magic`` (only honoured where
+    the CPU's tile has _MAGIC) rounds products by magic numbers, for operands whose
+    products all stay below 65520 (:func:`_magic_applies`).
     """
     nb, mp, kdim = a.shape
     npan = panels.shape[1]
@@ -537,6 +508,7 @@ def _kernel_py(a, panels, out, mc, pc):
     row_blocks = (mp + mc - 1) // mc
     col_chunks = (npan + pc - 1) // pc
     per_batch = row_blocks * col_chunks
+    scale = _SUM_SCALE if _MAGIC and magic else np.float32(1.0)
     for task in numba.prange(nb * per_batch):
         # a task owns padded rows [i0, i1) x panels [p0, p1) of one batch entry
         z = task // per_batch
@@ -554,15 +526,18 @@ def _kernel_py(a, panels, out, mc, pc):
             for p in range(p0, p1):
                 pz = panels[z, p]
                 for i in range(i0, i1, _MR):
-                    _micro_tile(az, pz, acc, i, i - i0, (p - p0) * _NR, k0, k1)
-        # round the real (unpadded) outputs to fp16
+                    if _MAGIC and magic:
+                        _micro_tile_magic(az, pz, acc, i, i - i0, (p - p0) * _NR, k0, k1)
+                    else:
+                        _micro_tile(az, pz, acc, i, i - i0, (p - p0) * _NR, k0, k1)
+        # round the real (unpadded) outputs to fp16 (magic sums scaled back: exact)
         j0 = p0 * _NR
         j1 = min(n, p1 * _NR)
         for r in range(min(i1, m) - i0):
             dst = out[z, i0 + r, j0:j1]
             src = acc[r]
             for j in range(j1 - j0):
-                dst[j] = _f32_to_f16_bits(src[j])
+                dst[j] = _f32_to_f16_bits(src[j] * scale)
 
 
 # ---- the fast path --------------------------------------------------------------------
@@ -603,12 +578,41 @@ def _run_oriented(a, b, nb, m, k, n):
     panels[:, :whole] = b16[:, :, : whole * _NR].reshape(nb, k, whole, _NR).transpose(0, 2, 1, 3)
     if whole < npan:
         panels[:, whole, :, : n - whole * _NR] = b16[:, :, whole * _NR :]
-    return _launch(a16, panels, m, n)
+    return _launch(a16, panels, m, n, magic=_magic_applies(a16, b16))
 
 
-def _launch(a16, panels, m, n, pack=None):
+def _magnitude_top(x16) -> int:
+    """The largest fp16 magnitude (as bits, sign cleared) in the uint16 array ``x16``:
+    the larger of the largest non-negative value (the int16 view's maximum) and the
+    largest negative one (the uint16 maximum, which is negative when any value is). Two
+    vectorized reductions, no temporary array.
+
+    Example:
+        >>> _magnitude_top(np.float16([1.0, -3.0, 2.0]).view(np.uint16)) == 0x4200  # 3.0
+        True
+    """
+    if x16.size == 0:
+        return 0
+    return max(int(x16.view(np.int16).max()), int(x16.max()) & 0x7FFF)
+
+
+def _magic_applies(a16, b16) -> bool:
+    """Whether the CPU's tile rounds products by magic numbers (_MAGIC) and every product
+    of an element of ``a16`` with one of ``b16`` (uint16 fp16 bits) is finite and below
+    65520 in magnitude, the domain of :func:`~aneforge.emulator.fp16_ir.magic_rounded_product`.
+    Otherwise the products go through the fp16 format, with the same bits."""
+    if not _MAGIC:
+        return False
+    tops = np.array([_magnitude_top(a16), _magnitude_top(b16)], np.uint16)
+    if tops.max() >= 0x7C00:  # an inf or NaN operand
+        return False
+    small, large = tops.view(np.float16).astype(np.float64)
+    return small * large < 65520.0  # exact: 11 x 11 significant bits
+
+
+def _launch(a16, panels, m, n, pack=None, magic=False):
     """Run the kernel on padded ``a16`` and ``panels`` (first filled by ``pack()`` when
-    given) into a new (B, m, n) fp16 array."""
+    given) into a new (B, m, n) fp16 array; ``magic`` as :func:`_magic_applies` says."""
     nb, mp, k = a16.shape
     npan = panels.shape[1]
     out = np.empty((nb, m, n), dtype=np.uint16)
@@ -624,7 +628,7 @@ def _launch(a16, panels, m, n, pack=None):
         try:
             if pack is not None:
                 pack()
-            _kernel(a16, panels, out)
+            _kernel(a16, panels, out, magic)
         finally:
             if small and threads > 1:
                 numba.set_num_threads(threads)
@@ -642,8 +646,10 @@ def _same_bits(x, y) -> bool:
     )
 
 
-def _probe_operands():
-    """A small problem with padded rows and columns, two k-blocks, ties and subnormals."""
+def _probe_problems():
+    """Two small problems with padded rows and columns, two k-blocks, ties and
+    subnormals; the second also has a product that overflows and an inf operand, so
+    where the tile rounds by magic numbers (the first) both product paths are checked."""
     rng = np.random.default_rng(20240611)
     m, k, n = _MR + 3, _KC + 9, _NR + 5
     a = rng.standard_normal((1, m, k)).astype(np.float16)
@@ -652,7 +658,10 @@ def _probe_operands():
     a[0, 0, :] = (odd / 1024.0 * 2.0 ** rng.integers(-16, 8, k)).astype(np.float16)
     b[0, :, 0] = 1.5  # odd significand * 1.5 (< 2048) lands exactly on an fp16 tie
     a[0, 1, :8] = np.float16(6e-8)  # subnormal operands
-    return a, b
+    a2, b2 = a.copy(), b.copy()
+    a2[0, 2, 3], b2[0, 3, :] = 2.0**14, 4.0  # 65536: inf, whatever follows
+    a2[0, 4, 5] = np.inf
+    return [(a, b), (a2, b2)]
 
 
 def _ensure_kernel():
@@ -667,10 +676,10 @@ def _ensure_kernel():
             try:
                 if load_numba() is None:
                     raise RuntimeError(f"numba could not be imported ({NUMBA_IMPORT_ERROR})")
-                a, b = _probe_operands()
-                got = _run_kernel(a, b, *_check_operands(a, b))
-                if not _same_bits(got, gemm_reference(a, b)):
-                    raise RuntimeError("compiled kernel disagrees with gemm_reference")
+                for a, b in _probe_problems():
+                    got = _run_kernel(a, b, *_check_operands(a, b))
+                    if not _same_bits(got, gemm_reference(a, b)):
+                        raise RuntimeError("compiled kernel disagrees with gemm_reference")
                 _state["ready"] = True
                 return
             except Exception as exc:  # a compile failure or a mismatch: disable, keep why

@@ -100,7 +100,8 @@ def _run_windows(w3, xp, kernel, stride, dil, groups):
     panels = np.empty((nb, -(-n // _gemm._NR), k, _gemm._NR), dtype=np.uint16)
     geo = np.array([*kernel, *stride, *dil, groups, ho, wo], dtype=np.int64)
     x16 = np.ascontiguousarray(xp).view(np.uint16)
-    return _gemm._launch(a16, panels, m, n, lambda: _windows_jit(x16, panels, geo))
+    pack = lambda: _windows_jit(x16, panels, geo)  # noqa: E731
+    return _gemm._launch(a16, panels, m, n, pack, _gemm._magic_applies(a16, x16))
 
 
 def _windows_matches() -> bool:
