@@ -437,3 +437,16 @@ def test_an_overflowing_product_in_one_task_leaves_the_others_exact():
     got = gemm_fast(a, b)
     assert np.isinf(got[0, 150, 250])
     assert_same_bits(got, gemm_reference(a, b))
+
+
+@pytest.mark.parametrize(("k", "n"), [(37, 1), (300, 131), (515, 600), (512, 1024)])
+def test_strided_b_packs_like_a_contiguous_copy(k, n):
+    """A linear layer's ``W.T`` (k the unit stride; from 2^18 elements packed by the
+    compiled 16 x 16 tiles, ragged edges included), the same of a row-stepped ``W`` and
+    a view stepped along both axes all give the oracle's bits."""
+    rng = np.random.default_rng(k * 1000 + n)
+    a = (rng.standard_normal((1, 5, k)) * 0.5).astype(np.float16)
+    w = rng.standard_normal((1, 2 * n, k)).astype(np.float16)
+    wide = rng.standard_normal((1, 2 * k, 3 * n)).astype(np.float16)
+    for b in (w[:, :n].transpose(0, 2, 1), w[:, ::2].transpose(0, 2, 1), wide[:, ::2, ::3]):
+        assert_same_bits(gemm_fast(a, b), gemm_reference(a, b))

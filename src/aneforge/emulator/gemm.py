@@ -190,6 +190,7 @@ _PC = 8  # panels (of _NR columns) per task
 # models run alternately in one process): 2^20 ran ShuffleNet and SqueezeNet 10-15 %
 # faster than 2^22 and ResNet-50 3 %; 2^18 was no faster than 2^20.
 _SERIAL_WORK = 1 << 20
+_PACK_TILED_MIN = 1 << 18  # a transposed b this large is packed by the compiled tiles
 _TRANSPOSE_GAIN = 0.75  # run C^T = B^T A^T when its padded work is below this share
 _PORTABLE_ENV = "ANEFORGE_EMU_GEMM_PORTABLE"
 _FORCE_PORTABLE = os.environ.get(_PORTABLE_ENV, "") not in ("", "0")
@@ -271,8 +272,9 @@ def _is_array(ty, dtype, ndim):
 # ---- numba intrinsics and kernels -----------------------------------------------------
 
 # Set by _define_kernels once numba has imported; _jit is the compiled _kernel_py.
-_h2f = _r16 = _f32_to_f16_bits = _micro_tile = _jit = _micro_tile_magic = None
+_h2f = _r16 = _f32_to_f16_bits = _micro_tile = _jit = _micro_tile_magic = _pack_jit = None
 _MAGIC = False  # products rounded by fp16_ir.magic_rounded_product (set by _choose_tile)
+_A_SCALE = np.float32(fp16_ir.MAGIC_SCALE)
 _SUM_SCALE = np.float32(1.0)  # what the tile's sums are multiplied by before rounding
 
 
@@ -342,7 +344,7 @@ def _define_kernels() -> None:
     Run once, by :func:`load_numba`, after numba imported. The tile is chosen first, from
     the features numba's cache key holds, so a cached kernel always has this process's
     tile."""
-    global _h2f, _r16, _f32_to_f16_bits, _micro_tile, _micro_tile_magic, _jit
+    global _h2f, _r16, _f32_to_f16_bits, _micro_tile, _micro_tile_magic, _jit, _pack_jit
     global _VW, _NV, _NR, _MAGIC, _SUM_SCALE
     _VW, _NV, _MAGIC = _choose_tile(_codegen_features())
     _NR = _NV * _VW
@@ -400,12 +402,13 @@ def _define_kernels() -> None:
             b for this tile, ``c`` a float32 accumulator; all with unit inner stride. The tile
             is loaded into registers, each k (ascending) adds its _MR x _NR rounded products
             lane-wise, and the tile is stored back. No bounds checks: whole tiles only. With
-            ``magic`` the sums are ``MAGIC_SCALE`` times the products' (none may overflow).
+            ``magic``, ``a`` is a (2, M, K) float32 array, the values and ``MAGIC_SCALE``
+            times them (two broadcast loads, no conversion), and the sums are
+            ``MAGIC_SCALE`` times the products' (none may overflow).
             """
+            a_ok = _is_array(a, nbtypes.float32, 3) if magic else _is_array(a, nbtypes.uint16, 2)
             if not (
-                _is_array(a, nbtypes.uint16, 2)
-                and _is_array(panel, nbtypes.uint16, 2)
-                and _is_array(c, nbtypes.float32, 2)
+                a_ok and _is_array(panel, nbtypes.uint16, 2) and _is_array(c, nbtypes.float32, 2)
             ):
                 return None
             intp = nbtypes.intp
@@ -417,7 +420,8 @@ def _define_kernels() -> None:
                 arr_a = context.make_array(signature.args[0])(context, builder, args[0])
                 arr_p = context.make_array(signature.args[1])(context, builder, args[1])
                 arr_c = context.make_array(signature.args[2])(context, builder, args[2])
-                a_row = cgutils.unpack_tuple(builder, arr_a.strides, 2)[0]
+                a_strides = cgutils.unpack_tuple(builder, arr_a.strides, 3 if magic else 2)
+                a_plane, a_row = (a_strides[0], a_strides[1]) if magic else (None, a_strides[0])
                 p_row = cgutils.unpack_tuple(builder, arr_p.strides, 2)[0]
                 c_row = cgutils.unpack_tuple(builder, arr_c.strides, 2)[0]
                 t_ia, t_ic, t_jc, t_k0, t_k1 = args[3:]
@@ -432,6 +436,12 @@ def _define_kernels() -> None:
                     row = builder.mul(builder.add(t_ic, i64(r)), c_row)
                     col = builder.mul(builder.add(t_jc, i64(v * _VW)), i64(4))
                     return fp16_ir.byte_address(builder, arr_c.data, builder.add(row, col), vf32)
+
+                def broadcast(offset, scalar, vector):  # a[...] at a byte offset, in all lanes
+                    ptr = fp16_ir.byte_address(builder, arr_a.data, offset, scalar)
+                    undef = llir.Constant(vector, None)
+                    lane = builder.insert_element(undef, builder.load(ptr), lane0)
+                    return builder.shuffle_vector(lane, undef, zeros_mask)
 
                 def as_f32(bits):  # exact float32 of fp16 bits
                     op = fp16_ir.operand(builder, bits, native)
@@ -457,16 +467,13 @@ def _define_kernels() -> None:
                         )
                     for r in range(_MR):
                         row = builder.mul(builder.add(t_ia, i64(r)), a_row)
-                        off = builder.add(row, builder.mul(k, i64(2)))  # a[ia + r, k]
-                        ptr = fp16_ir.byte_address(builder, arr_a.data, off, i16)
-                        undef = llir.Constant(vbits, None)
-                        a_vec = builder.insert_element(undef, builder.load(ptr, align=2), lane0)
-                        a_vec = builder.shuffle_vector(a_vec, undef, zeros_mask)
-                        if magic:
-                            a_op = as_f32(a_vec)
-                            a_scaled = builder.fmul(a_op, fp16_ir.splat(vf32, fp16_ir.MAGIC_SCALE))
+                        if magic:  # a[0] and a[1]: float32 a and a * MAGIC_SCALE
+                            off = builder.add(row, builder.mul(k, i64(4)))
+                            a_op = broadcast(off, f32, vf32)
+                            a_scaled = broadcast(builder.add(off, a_plane), f32, vf32)
                         else:
-                            a_op = fp16_ir.operand(builder, a_vec, native)
+                            off = builder.add(row, builder.mul(k, i64(2)))  # a[ia + r, k]
+                            a_op = fp16_ir.operand(builder, broadcast(off, i16, vbits), native)
                         for v in range(_NV):
                             if magic:
                                 prod = fp16_ir.magic_rounded_product(
@@ -489,8 +496,10 @@ def _define_kernels() -> None:
 
     try:
         _jit = numba.njit(parallel=True, nogil=True, cache=not _FORCE_PORTABLE)(_kernel_py)
+        _pack_jit = numba.njit(nogil=True, cache=not _FORCE_PORTABLE)(_pack_transposed_py)
     except Exception:  # no writable cache location: compile per process instead
         _jit = numba.njit(parallel=True, nogil=True)(_kernel_py)
+        _pack_jit = numba.njit(nogil=True)(_pack_transposed_py)
 
 
 def _kernel_py(a, panels, out, mc, pc, magic):
@@ -519,6 +528,13 @@ def _kernel_py(a, panels, out, mc, pc, magic):
         p0 = ch * pc
         p1 = min(npan, p0 + pc)
         az = a[z]
+        if _MAGIC and magic:  # the task's rows of a as float32, plain and scaled
+            af = np.empty((2, i1 - i0, kdim), dtype=np.float32)
+            for r in range(i1 - i0):
+                for kk in range(kdim):
+                    v = _h2f(az[i0 + r, kk])
+                    af[0, r, kk] = v
+                    af[1, r, kk] = v * _A_SCALE
         acc = np.zeros((i1 - i0, (p1 - p0) * _NR), dtype=np.float32)  # sums, from +0.0
         # k-blocks ascend, and each tile carries its float32 sums from one to the next
         for k0 in range(0, kdim, _KC):
@@ -527,7 +543,7 @@ def _kernel_py(a, panels, out, mc, pc, magic):
                 pz = panels[z, p]
                 for i in range(i0, i1, _MR):
                     if _MAGIC and magic:
-                        _micro_tile_magic(az, pz, acc, i, i - i0, (p - p0) * _NR, k0, k1)
+                        _micro_tile_magic(af, pz, acc, i - i0, i - i0, (p - p0) * _NR, k0, k1)
                     else:
                         _micro_tile(az, pz, acc, i, i - i0, (p - p0) * _NR, k0, k1)
         # round the real (unpadded) outputs to fp16 (magic sums scaled back: exact)
@@ -538,6 +554,38 @@ def _kernel_py(a, panels, out, mc, pc, magic):
             src = acc[r]
             for j in range(j1 - j0):
                 dst[j] = _f32_to_f16_bits(src[j] * scale)
+
+
+def _pack_transposed_py(bt, panels):
+    """``panels[z, p, k, j] = bt[z, p * NR + j, k]``, zeros past the last column: the
+    panels of ``b = bt^T`` for a ``bt`` (B, N, K) whose rows are contiguous along k (a
+    linear layer's weights). Transposed in 16 x 16 tiles, each read along k and written
+    along the panel's rows, so both stay in L1 (NumPy's copy of the ``W.T`` view reads
+    one element per cache line: most of AlexNet's time)."""
+    nb, n, kdim = bt.shape
+    npan, nr = panels.shape[1], panels.shape[3]
+    tile = np.empty((16, 16), dtype=np.uint16)
+    for z in range(nb):
+        for p in range(npan):
+            col0 = p * nr
+            width = min(nr, n - col0)
+            dst = panels[z, p]
+            for k0 in range(0, kdim, 16):
+                for j0 in range(0, width, 16):
+                    if k0 + 16 <= kdim and j0 + 16 <= width:  # whole tile: fixed trip counts
+                        for j in range(16):
+                            for kk in range(16):
+                                tile[kk, j] = bt[z, col0 + j0 + j, k0 + kk]
+                        for kk in range(16):
+                            for j in range(16):
+                                dst[k0 + kk, j0 + j] = tile[kk, j]
+                    else:
+                        for kk in range(k0, min(kdim, k0 + 16)):
+                            for j in range(j0, min(width, j0 + 16)):
+                                dst[kk, j] = bt[z, col0 + j, kk]
+            for kk in range(kdim):
+                for j in range(width, nr):
+                    dst[kk, j] = 0
 
 
 # ---- the fast path --------------------------------------------------------------------
@@ -566,19 +614,34 @@ def _run_kernel(a, b, nb, m, k, n):
 def _run_oriented(a, b, nb, m, k, n):
     mp = -(-m // _MR) * _MR
     a16 = a.view(np.uint16)
-    if mp != m or not (a16.flags.c_contiguous and a16.flags.writeable):
+    if mp != m or not a16.flags.c_contiguous:
         padded = np.zeros((nb, mp, k), dtype=np.uint16)  # zero rows only feed dropped rows
         padded[:, :m] = a16
         a16 = padded
     # b as zero-padded panels of _NR columns, each panel (K, _NR) row-contiguous
-    npan = -(-n // _NR)
-    panels = np.zeros((nb, npan, k, _NR), dtype=np.uint16)
-    whole = n // _NR
+    panels = np.zeros((nb, -(-n // _NR), k, _NR), dtype=np.uint16)
     b16 = b.view(np.uint16)
+    pack = lambda: _pack_panels(b16, panels)  # noqa: E731
+    return _launch(a16, panels, m, n, pack, _magic_applies(a16, b16))
+
+
+def _pack_panels(b16, panels) -> None:
+    """Fill the zeroed ``panels`` (B, P, K, _NR) with the columns of ``b16`` (B, K, N):
+    by :func:`_pack_transposed_py` when b is a large transposed view (its k stride the
+    smaller), which compiles on first need; else by NumPy's copy, fast along rows."""
+    nb, k, n = b16.shape
+    if b16.size >= _PACK_TILED_MIN and 0 < b16.strides[1] < b16.strides[2]:
+        bt = b16.transpose(0, 2, 1)
+        if not bt.flags.c_contiguous:
+            bt = np.ascontiguousarray(bt)
+        bt = bt.view()  # read-only, as every caller's: one compiled specialization
+        bt.flags.writeable = False
+        _pack_jit(bt, panels)
+        return
+    whole = n // _NR
     panels[:, :whole] = b16[:, :, : whole * _NR].reshape(nb, k, whole, _NR).transpose(0, 2, 1, 3)
-    if whole < npan:
+    if whole < panels.shape[1]:
         panels[:, whole, :, : n - whole * _NR] = b16[:, :, whole * _NR :]
-    return _launch(a16, panels, m, n, magic=_magic_applies(a16, b16))
 
 
 def _magnitude_top(x16) -> int:
