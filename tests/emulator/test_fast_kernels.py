@@ -195,6 +195,9 @@ def test_returns_none_without_numba(monkeypatch):
     monkeypatch.setattr(fk, "numba", None)
     monkeypatch.setattr(fk, "_state", {"ok": None, "error": None})
     monkeypatch.setattr(gemm_module, "NUMBA_IMPORT_ERROR", "ImportError: no numba (test)")
+    # load_numba() tries once per process: if this test is the worker's first caller, that
+    # one try must not outlive it (later tests would see numba as missing for good)
+    monkeypatch.setattr(gemm_module, "_numba_tried", gemm_module._numba_tried)
     monkeypatch.setattr(gemm_module, "_warned", set())
     inputs, attrs = _base()
     with pytest.warns(FastPathWarning, match=r"numba could not be imported \(ImportError"):
