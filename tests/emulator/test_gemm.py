@@ -367,22 +367,28 @@ def test_portable_codegen_matches_reference(env):
 
 _TILE_PREFIX = """
 import aneforge.emulator.gemm as g
-g._choose_tile = lambda features: ({vw}, {nv}, {magic})
+g._choose_tile = lambda features: g._Tile({vw}, {nv}, {magic}, {rows})
 from aneforge.emulator import windows
 x = np.zeros((1, 3, 9, 9), np.float16)
 w3 = np.ones((1, 5, 27), np.float16)
 windows.gemm_windows(w3, x, (3, 3), (1, 1), (1, 1), 1)
-assert (g._VW, g._NV, g._NR, g._MAGIC) == ({vw}, {nv}, {vw} * {nv}, {magic}), (g._VW, g._NV)
+assert (g._VW, g._NV, g._NR, g._MAGIC, g._F32_ROWS) == ({vw}, {nv}, {vw} * {nv}, {magic}, {rows})
 assert windows._windows_state["ok"], windows._windows_state["error"]
 """
 
 
 @pytest.mark.parametrize(
-    ("vw", "nv", "magic"),
-    [(8, 3, False), (16, 2, False), (16, 4, True), (8, 3, True)],
-    ids=["avx2", "avx512fp16", "avx512-magic", "avx2-magic"],
+    ("vw", "nv", "magic", "rows"),
+    [
+        (8, 3, False, True),
+        (8, 3, False, False),
+        (16, 2, False, False),
+        (16, 4, True, True),
+        (8, 3, True, True),
+    ],
+    ids=["avx2", "avx2-fp16-rows", "avx512fp16", "avx512-magic", "avx2-magic"],
 )
-def test_every_tile_geometry_matches_reference(tmp_path, vw, nv, magic):
+def test_every_tile_geometry_matches_reference(tmp_path, vw, nv, magic, rows):
     """The tile the CPU picks (``_choose_tile``) changes speed, never bits: every tile
     and both product roundings, compiled here (LLVM splits vectors wider than the
     CPU's), give the oracle's bits on the same cases as the portable code generation
@@ -391,7 +397,8 @@ def test_every_tile_geometry_matches_reference(tmp_path, vw, nv, magic):
     tile it was compiled with."""
     script = _PORTABLE_SCRIPT.replace(
         "from aneforge.emulator.gemm import",
-        _TILE_PREFIX.format(vw=vw, nv=nv, magic=magic) + "from aneforge.emulator.gemm import",
+        _TILE_PREFIX.format(vw=vw, nv=nv, magic=magic, rows=rows)
+        + "from aneforge.emulator.gemm import",
         1,
     )
     script = "import numpy as np\n" + script
@@ -399,10 +406,11 @@ def test_every_tile_geometry_matches_reference(tmp_path, vw, nv, magic):
 
 
 def test_the_tile_follows_the_vector_registers():
-    assert gemm_module._choose_tile("+avx2,-avx512f,+f16c,+fma") == (8, 3, False)
-    assert gemm_module._choose_tile("+avx2,+avx512f,+f16c,+fma") == (16, 4, True)
-    assert gemm_module._choose_tile("+avx2,+avx512f,+avx512fp16,+fma") == (16, 2, False)
-    assert gemm_module._choose_tile("+neon,+fp-armv8") == (8, 3, False)
+    assert gemm_module._choose_tile("+avx2,-avx512f,+f16c,+fma") == (8, 3, False, True)
+    assert gemm_module._choose_tile("+avx2,+avx512f,+f16c,+fma") == (16, 4, True, True)
+    assert gemm_module._choose_tile("+avx2,+avx512f,+avx512fp16,+fma") == (16, 2, False, False)
+    assert gemm_module._choose_tile("+neon,+fp-armv8,+fullfp16") == (8, 3, False, False)
+    assert gemm_module._choose_tile("+neon,+fp-armv8") == (8, 3, False, True)
 
 
 # ---- input validation ------------------------------------------------------------------

@@ -150,6 +150,17 @@ def rounded_product(builder, x, y, native):
     return round_to_f16_grid(builder, builder.fmul(x, y))  # float32 product: exact
 
 
+def rounded_f32_product(builder, x, y, native):
+    """float32 (scalar or vector) equal to fp16(x * y) for float32 ``x`` and ``y`` holding
+    fp16 values: the exact float32 product rounded once, through ``half`` (native) or by
+    :func:`round_to_f16_grid`."""
+    llir = _llir()
+    p = builder.fmul(x, y)
+    if native:
+        return builder.fpext(builder.fptrunc(p, like(p.type, llir.HalfType())), p.type)
+    return round_to_f16_grid(builder, p)
+
+
 def allow_wide_vectors(builder):
     """Let x86 keep 512-bit vectors whole (LLVM splits them when it prefers 256 bits).
 

@@ -65,6 +65,7 @@ import importlib.util
 import os
 import threading
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
@@ -273,6 +274,7 @@ def _is_array(ty, dtype, ndim):
 
 # Set by _define_kernels once numba has imported; _jit is the compiled _kernel_py.
 _h2f = _r16 = _f32_to_f16_bits = _micro_tile = _jit = _micro_tile_magic = _pack_jit = None
+_F32_ROWS = False  # the tile reads float32 rows of a (set by _choose_tile)
 _MAGIC = False  # products rounded by fp16_ir.magic_rounded_product (set by _choose_tile)
 _A_SCALE = np.float32(fp16_ir.MAGIC_SCALE)
 _SUM_SCALE = np.float32(1.0)  # what the tile's sums are multiplied by before rounding
@@ -309,33 +311,48 @@ def _codegen_features() -> str:
     return config.CPU_FEATURES or binding.get_host_cpu_features().flatten()
 
 
-def _choose_tile(features: str) -> tuple[int, int, bool]:
-    """``(_VW, _NV, _MAGIC)`` for a CPU with LLVM feature string ``features``: the tile
-    is _MR rows by ``_NV`` vectors of ``_VW`` float32 lanes, and ``_MAGIC`` says whether
-    products are rounded by :func:`~aneforge.emulator.fp16_ir.magic_rounded_product`
-    instead of through the fp16 format.
+class _Tile(NamedTuple):
+    """How the micro-kernel is generated for one CPU (:func:`_choose_tile`)."""
+
+    vw: int  # float32 lanes per vector
+    nv: int  # vectors per tile row: the tile is _MR x (nv * vw) outputs
+    magic: bool  # products rounded by magic numbers when the operands allow it
+    f32_rows: bool  # a's rows converted to float32 once per task, not per k
+
+
+def _choose_tile(features: str) -> _Tile:
+    """The tile for a CPU with LLVM feature string ``features``.
 
     - AVX-512 without AVX512-FP16 (32 zmm registers; Zen 4, Skylake-X, Ice Lake): 4 x 16
-      lanes, magic rounding. On a 2-core Zen 4 it ran 1024^3 at 24.4 GMAC/s and ResNet-50
-      in 241 ms, against 21.0 and 300 ms for 2 x 16 lanes through the conversions, whose
-      two instructions take twice the vector pipes' time of a plain operation there.
+      lanes, magic rounding
+      (:func:`~aneforge.emulator.fp16_ir.magic_rounded_product`). On a 2-core Zen 4 it
+      ran 1024^3 at 24.4 GMAC/s and ResNet-50 in 241 ms, against 21.0 and 300 ms for 2 x
+      16 lanes through the conversions, whose two instructions take twice the vector
+      pipes' time of a plain operation there.
     - AVX512-FP16: 2 x 16 lanes, the native ``half`` multiply (``vmulph``).
     - otherwise 3 x 8 lanes (AVX2's 16 ymm registers: 12 accumulators, 3 b vectors and a
       broadcast; measured 15.0 against 12.1 GMAC/s for 2 x 16 on a Zen 3), through the
       conversions: magic rounding's constants and temporaries do not fit beside them.
 
-    Every choice gives the same bits: each output's k order does not depend on it.
+    ``f32_rows`` unless the CPU multiplies ``half`` natively (AVX512-FP16, AArch64's
+    FP16 arithmetic): the broadcast operand is then read as float32, with no conversion
+    per k. The 3 x 8 tile on a Zen 4 ran 1024^3 at 22.6-23.1 GMAC/s with it, against
+    19.8-20.5 without. Every choice gives the same bits: each output's k order does not
+    depend on it.
 
     Example:
-        >>> _choose_tile("+avx2,+f16c,+fma"), _choose_tile("+avx2,+avx512f,+f16c,+fma")
-        ((8, 3, False), (16, 4, True))
+        >>> tuple(_choose_tile("+avx2,+f16c,+fma"))
+        (8, 3, False, True)
+        >>> tuple(_choose_tile("+avx2,+avx512f,+f16c,+fma"))
+        (16, 4, True, True)
     """
     flags = set(features.split(","))
+    f32_rows = not ({"+avx512fp16", "+fullfp16"} & flags)
     if "+avx512f" not in flags:
-        return (8, 3, False)
+        return _Tile(8, 3, False, f32_rows)
     if "+avx512fp16" in flags or "+fma" not in flags:
-        return (16, 2, False)
-    return (16, 4, True)
+        return _Tile(16, 2, False, f32_rows)
+    return _Tile(16, 4, True, f32_rows)
 
 
 def _define_kernels() -> None:
@@ -345,8 +362,8 @@ def _define_kernels() -> None:
     the features numba's cache key holds, so a cached kernel always has this process's
     tile."""
     global _h2f, _r16, _f32_to_f16_bits, _micro_tile, _micro_tile_magic, _jit, _pack_jit
-    global _VW, _NV, _NR, _MAGIC, _SUM_SCALE
-    _VW, _NV, _MAGIC = _choose_tile(_codegen_features())
+    global _VW, _NV, _NR, _MAGIC, _SUM_SCALE, _F32_ROWS
+    _VW, _NV, _MAGIC, _F32_ROWS = _choose_tile(_codegen_features())
     _NR = _NV * _VW
     _SUM_SCALE = np.float32(1.0 / fp16_ir.MAGIC_SCALE if _MAGIC else 1.0)
 
@@ -391,8 +408,10 @@ def _define_kernels() -> None:
 
         return nbtypes.uint16(nbtypes.float32), codegen
 
-    def tile(magic):
-        """The micro-kernel, its products rounded by magic numbers or through fp16."""
+    def tile(magic, f32_rows):
+        """The micro-kernel, its products rounded by magic numbers or through fp16, its
+        ``a`` float32 rows (``f32_rows``, implied by ``magic``) or fp16 bits."""
+        f32_rows = f32_rows or magic
 
         @intrinsic
         def micro_tile(typingctx, a, panel, c, ia, ic, jc, k0, k1):
@@ -406,7 +425,7 @@ def _define_kernels() -> None:
             times them (two broadcast loads, no conversion), and the sums are
             ``MAGIC_SCALE`` times the products' (none may overflow).
             """
-            a_ok = _is_array(a, nbtypes.float32, 3) if magic else _is_array(a, nbtypes.uint16, 2)
+            a_ok = _is_array(a, nbtypes.float32, 3) if f32_rows else _is_array(a, nbtypes.uint16, 2)
             if not (
                 a_ok and _is_array(panel, nbtypes.uint16, 2) and _is_array(c, nbtypes.float32, 2)
             ):
@@ -420,8 +439,8 @@ def _define_kernels() -> None:
                 arr_a = context.make_array(signature.args[0])(context, builder, args[0])
                 arr_p = context.make_array(signature.args[1])(context, builder, args[1])
                 arr_c = context.make_array(signature.args[2])(context, builder, args[2])
-                a_strides = cgutils.unpack_tuple(builder, arr_a.strides, 3 if magic else 2)
-                a_plane, a_row = (a_strides[0], a_strides[1]) if magic else (None, a_strides[0])
+                a_strides = cgutils.unpack_tuple(builder, arr_a.strides, 3 if f32_rows else 2)
+                a_plane, a_row = (a_strides[0], a_strides[1]) if f32_rows else (None, a_strides[0])
                 p_row = cgutils.unpack_tuple(builder, arr_p.strides, 2)[0]
                 c_row = cgutils.unpack_tuple(builder, arr_c.strides, 2)[0]
                 t_ia, t_ic, t_jc, t_k0, t_k1 = args[3:]
@@ -463,14 +482,15 @@ def _define_kernels() -> None:
                         ptr = fp16_ir.byte_address(builder, arr_p.data, off, vbits)
                         bits = builder.load(ptr, align=2)
                         b_ops.append(
-                            as_f32(bits) if magic else fp16_ir.operand(builder, bits, native)
+                            as_f32(bits) if f32_rows else fp16_ir.operand(builder, bits, native)
                         )
                     for r in range(_MR):
                         row = builder.mul(builder.add(t_ia, i64(r)), a_row)
-                        if magic:  # a[0] and a[1]: float32 a and a * MAGIC_SCALE
+                        if f32_rows:  # a[0] and a[1]: float32 a and a * MAGIC_SCALE
                             off = builder.add(row, builder.mul(k, i64(4)))
                             a_op = broadcast(off, f32, vf32)
-                            a_scaled = broadcast(builder.add(off, a_plane), f32, vf32)
+                            if magic:
+                                a_scaled = broadcast(builder.add(off, a_plane), f32, vf32)
                         else:
                             off = builder.add(row, builder.mul(k, i64(2)))  # a[ia + r, k]
                             a_op = fp16_ir.operand(builder, broadcast(off, i16, vbits), native)
@@ -479,6 +499,8 @@ def _define_kernels() -> None:
                                 prod = fp16_ir.magic_rounded_product(
                                     builder, a_op, a_scaled, b_ops[v]
                                 )
+                            elif f32_rows:
+                                prod = fp16_ir.rounded_f32_product(builder, a_op, b_ops[v], native)
                             else:
                                 prod = fp16_ir.rounded_product(builder, a_op, b_ops[v], native)
                             slot = slots[r, v]
@@ -491,8 +513,8 @@ def _define_kernels() -> None:
 
         return micro_tile
 
-    _micro_tile = tile(False)
-    _micro_tile_magic = tile(True) if _MAGIC else _micro_tile
+    _micro_tile = tile(False, _F32_ROWS)
+    _micro_tile_magic = tile(True, True) if _MAGIC else _micro_tile
 
     try:
         _jit = numba.njit(parallel=True, nogil=True, cache=not _FORCE_PORTABLE)(_kernel_py)
@@ -528,13 +550,16 @@ def _kernel_py(a, panels, out, mc, pc, magic):
         p0 = ch * pc
         p1 = min(npan, p0 + pc)
         az = a[z]
-        if _MAGIC and magic:  # the task's rows of a as float32, plain and scaled
-            af = np.empty((2, i1 - i0, kdim), dtype=np.float32)
+        rows_f32 = _F32_ROWS or (_MAGIC and magic)
+        af = np.empty((2, i1 - i0, kdim if rows_f32 else 0), dtype=np.float32)
+        if rows_f32:  # the task's rows of a as float32 (and scaled, for magic rounding)
             for r in range(i1 - i0):
                 for kk in range(kdim):
-                    v = _h2f(az[i0 + r, kk])
-                    af[0, r, kk] = v
-                    af[1, r, kk] = v * _A_SCALE
+                    af[0, r, kk] = _h2f(az[i0 + r, kk])
+            if _MAGIC and magic:
+                for r in range(i1 - i0):
+                    for kk in range(kdim):
+                        af[1, r, kk] = af[0, r, kk] * _A_SCALE
         acc = np.zeros((i1 - i0, (p1 - p0) * _NR), dtype=np.float32)  # sums, from +0.0
         # k-blocks ascend, and each tile carries its float32 sums from one to the next
         for k0 in range(0, kdim, _KC):
@@ -544,6 +569,8 @@ def _kernel_py(a, panels, out, mc, pc, magic):
                 for i in range(i0, i1, _MR):
                     if _MAGIC and magic:
                         _micro_tile_magic(af, pz, acc, i - i0, i - i0, (p - p0) * _NR, k0, k1)
+                    elif _F32_ROWS:
+                        _micro_tile(af, pz, acc, i - i0, i - i0, (p - p0) * _NR, k0, k1)
                     else:
                         _micro_tile(az, pz, acc, i, i - i0, (p - p0) * _NR, k0, k1)
         # round the real (unpadded) outputs to fp16 (magic sums scaled back: exact)
