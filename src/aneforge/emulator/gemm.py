@@ -71,6 +71,7 @@ import numpy as np
 
 from ..errors import FastPathWarning
 from . import fp16_ir
+from . import panels as panels_mod
 
 __all__ = ["FAST_PATH_AVAILABLE", "FastPathWarning", "gemm", "gemm_fast", "gemm_reference"]
 
@@ -191,7 +192,6 @@ _PC = 8  # panels (of _NR columns) per task
 # models run alternately in one process): 2^20 ran ShuffleNet and SqueezeNet 10-15 %
 # faster than 2^22 and ResNet-50 3 %; 2^18 was no faster than 2^20.
 _SERIAL_WORK = 1 << 20
-_PACK_TILED_MIN = 1 << 18  # a transposed b this large is packed by the compiled tiles
 _TRANSPOSE_GAIN = 0.75  # run C^T = B^T A^T when its padded work is below this share
 _PORTABLE_ENV = "ANEFORGE_EMU_GEMM_PORTABLE"
 _FORCE_PORTABLE = os.environ.get(_PORTABLE_ENV, "") not in ("", "0")
@@ -518,10 +518,10 @@ def _define_kernels() -> None:
 
     try:
         _jit = numba.njit(parallel=True, nogil=True, cache=not _FORCE_PORTABLE)(_kernel_py)
-        _pack_jit = numba.njit(nogil=True, cache=not _FORCE_PORTABLE)(_pack_transposed_py)
+        _pack_jit = numba.njit(nogil=True, cache=not _FORCE_PORTABLE)(panels_mod.pack_transposed_py)
     except Exception:  # no writable cache location: compile per process instead
         _jit = numba.njit(parallel=True, nogil=True)(_kernel_py)
-        _pack_jit = numba.njit(nogil=True)(_pack_transposed_py)
+        _pack_jit = numba.njit(nogil=True)(panels_mod.pack_transposed_py)
 
 
 def _kernel_py(a, panels, out, mc, pc, magic):
@@ -583,38 +583,6 @@ def _kernel_py(a, panels, out, mc, pc, magic):
                 dst[j] = _f32_to_f16_bits(src[j] * scale)
 
 
-def _pack_transposed_py(bt, panels):
-    """``panels[z, p, k, j] = bt[z, p * NR + j, k]``, zeros past the last column: the
-    panels of ``b = bt^T`` for a ``bt`` (B, N, K) whose rows are contiguous along k (a
-    linear layer's weights). Transposed in 16 x 16 tiles, each read along k and written
-    along the panel's rows, so both stay in L1 (NumPy's copy of the ``W.T`` view reads
-    one element per cache line: most of AlexNet's time)."""
-    nb, n, kdim = bt.shape
-    npan, nr = panels.shape[1], panels.shape[3]
-    tile = np.empty((16, 16), dtype=np.uint16)
-    for z in range(nb):
-        for p in range(npan):
-            col0 = p * nr
-            width = min(nr, n - col0)
-            dst = panels[z, p]
-            for k0 in range(0, kdim, 16):
-                for j0 in range(0, width, 16):
-                    if k0 + 16 <= kdim and j0 + 16 <= width:  # whole tile: fixed trip counts
-                        for j in range(16):
-                            for kk in range(16):
-                                tile[kk, j] = bt[z, col0 + j0 + j, k0 + kk]
-                        for kk in range(16):
-                            for j in range(16):
-                                dst[k0 + kk, j0 + j] = tile[kk, j]
-                    else:
-                        for kk in range(k0, min(kdim, k0 + 16)):
-                            for j in range(j0, min(width, j0 + 16)):
-                                dst[kk, j] = bt[z, col0 + j, kk]
-            for kk in range(kdim):
-                for j in range(width, nr):
-                    dst[kk, j] = 0
-
-
 # ---- the fast path --------------------------------------------------------------------
 
 
@@ -648,56 +616,16 @@ def _run_oriented(a, b, nb, m, k, n):
     # b as zero-padded panels of _NR columns, each panel (K, _NR) row-contiguous
     panels = np.zeros((nb, -(-n // _NR), k, _NR), dtype=np.uint16)
     b16 = b.view(np.uint16)
-    pack = lambda: _pack_panels(b16, panels)  # noqa: E731
+    pack = lambda: panels_mod.pack_panels(b16, panels, _pack_jit)  # noqa: E731
     return _launch(a16, panels, m, n, pack, _magic_applies(a16, b16))
 
 
-def _pack_panels(b16, panels) -> None:
-    """Fill the zeroed ``panels`` (B, P, K, _NR) with the columns of ``b16`` (B, K, N):
-    by :func:`_pack_transposed_py` when b is a large transposed view (its k stride the
-    smaller), which compiles on first need; else by NumPy's copy, fast along rows."""
-    nb, k, n = b16.shape
-    if b16.size >= _PACK_TILED_MIN and 0 < b16.strides[1] < b16.strides[2]:
-        bt = b16.transpose(0, 2, 1)
-        if not bt.flags.c_contiguous:
-            bt = np.ascontiguousarray(bt)
-        bt = bt.view()  # read-only, as every caller's: one compiled specialization
-        bt.flags.writeable = False
-        _pack_jit(bt, panels)
-        return
-    whole = n // _NR
-    panels[:, :whole] = b16[:, :, : whole * _NR].reshape(nb, k, whole, _NR).transpose(0, 2, 1, 3)
-    if whole < panels.shape[1]:
-        panels[:, whole, :, : n - whole * _NR] = b16[:, :, whole * _NR :]
-
-
-def _magnitude_top(x16) -> int:
-    """The largest fp16 magnitude (as bits, sign cleared) in the uint16 array ``x16``:
-    the larger of the largest non-negative value (the int16 view's maximum) and the
-    largest negative one (the uint16 maximum, which is negative when any value is). Two
-    vectorized reductions, no temporary array.
-
-    Example:
-        >>> _magnitude_top(np.float16([1.0, -3.0, 2.0]).view(np.uint16)) == 0x4200  # 3.0
-        True
-    """
-    if x16.size == 0:
-        return 0
-    return max(int(x16.view(np.int16).max()), int(x16.max()) & 0x7FFF)
-
-
 def _magic_applies(a16, b16) -> bool:
-    """Whether the CPU's tile rounds products by magic numbers (_MAGIC) and every product
-    of an element of ``a16`` with one of ``b16`` (uint16 fp16 bits) is finite and below
-    65520 in magnitude, the domain of :func:`~aneforge.emulator.fp16_ir.magic_rounded_product`.
-    Otherwise the products go through the fp16 format, with the same bits."""
-    if not _MAGIC:
-        return False
-    tops = np.array([_magnitude_top(a16), _magnitude_top(b16)], np.uint16)
-    if tops.max() >= 0x7C00:  # an inf or NaN operand
-        return False
-    small, large = tops.view(np.float16).astype(np.float64)
-    return small * large < 65520.0  # exact: 11 x 11 significant bits
+    """Whether this call's products are rounded by magic numbers: the CPU's tile does
+    (_MAGIC) and no product of ``a16`` and ``b16`` can reach 65520 or meet an inf or NaN
+    (:func:`~aneforge.emulator.panels.products_stay_finite`). Otherwise the products go
+    through the fp16 format, with the same bits."""
+    return _MAGIC and panels_mod.products_stay_finite(a16, b16)
 
 
 def _launch(a16, panels, m, n, pack=None, magic=False):
