@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..graph.fp16 import round_fp16
+from ..graph.frozen import freeze
 
 ENCODINGS = ("fp16", "int8", "int4", "sparse")
 LOSSY_ENCODINGS = ("int4", "int8")
@@ -212,9 +213,7 @@ def sparse_decode(mask_packed, nonzeros, shape) -> np.ndarray:
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a, dtype=np.float16)
-    a.setflags(write=False)
-    return a
+    return freeze(np.asarray(a, dtype=np.float16))  # immutable
 
 
 def encode(values, encoding: str, axis: int = 0) -> Encoded:

@@ -42,6 +42,7 @@ import numpy as np
 from ..errors import AttributeValueError, DTypeError, InputError, ShapeError, WeightRangeError
 from ..limits import check_elements
 from .fp16 import round_fp16
+from .frozen import freeze
 from .ranges import check_range
 from .registry import describe, get_op, int_items, is_integer
 
@@ -553,9 +554,10 @@ _weight_ids = itertools.count()
 def weight(value, name: str | None = None) -> Tensor:
     """Wrap a float array (or scalar) as an fp16 weight, checking dtype and range.
 
-    float16/32/64 are cast to fp16. Values that overflow fp16 raise
-    :class:`~aneforge.errors.WeightRangeError`; integer, bool, complex, object and
-    bfloat16 arrays raise :class:`~aneforge.errors.DTypeError`.
+    float16/32/64 are cast to fp16; the weight holds an immutable copy (``value``, which
+    nothing can make writeable), so kernels may derive from it once. Values that overflow
+    fp16 raise :class:`~aneforge.errors.WeightRangeError`; integer, bool, complex, object
+    and bfloat16 arrays raise :class:`~aneforge.errors.DTypeError`.
 
     Example:
         >>> import numpy as np
@@ -576,7 +578,7 @@ def weight(value, name: str | None = None) -> Tensor:
             "rescale it (and undo the scale after the op) or clip it first"
         )
     _check_shape(fp16.shape, f"weight '{label}'")
-    fp16.setflags(write=False)
+    fp16 = freeze(fp16)  # immutable: kernels may derive from it once
     return Tensor("weight", (), FrozenAttrs(), fp16.shape, name=label, value=fp16)
 
 
