@@ -72,6 +72,7 @@ import numpy as np
 from ..errors import FastPathWarning
 from . import fp16_ir
 from . import panels as panels_mod
+from .operand_memo import MEMO
 
 __all__ = ["FAST_PATH_AVAILABLE", "FastPathWarning", "gemm", "gemm_fast", "gemm_reference"]
 
@@ -613,19 +614,29 @@ def _run_oriented(a, b, nb, m, k, n):
         padded = np.zeros((nb, mp, k), dtype=np.uint16)  # zero rows only feed dropped rows
         padded[:, :m] = a16
         a16 = padded
-    # b as zero-padded panels of _NR columns, each panel (K, _NR) row-contiguous
-    panels = np.zeros((nb, -(-n // _NR), k, _NR), dtype=np.uint16)
     b16 = b.view(np.uint16)
-    pack = lambda: panels_mod.pack_panels(b16, panels, _pack_jit)  # noqa: E731
-    return _launch(a16, panels, m, n, pack, _magic_applies(a16, b16))
+    panels = MEMO.get(b16, ("panels", _NR), _packed)  # a weight's: packed once
+    return _launch(a16, panels, m, n, None, _magic_applies(a16, b16))
+
+
+def _packed(b16):
+    """``b16`` (B, K, N) as zero-padded panels of _NR columns, each (K, _NR) row-major."""
+    nb, k, n = b16.shape
+    panels = np.zeros((nb, -(-n // _NR), k, _NR), dtype=np.uint16)
+    panels_mod.pack_panels(b16, panels, _pack_jit)
+    return panels
 
 
 def _magic_applies(a16, b16) -> bool:
     """Whether this call's products are rounded by magic numbers: the CPU's tile does
     (_MAGIC) and no product of ``a16`` and ``b16`` can reach 65520 or meet an inf or NaN
-    (:func:`~aneforge.emulator.panels.products_stay_finite`). Otherwise the products go
-    through the fp16 format, with the same bits."""
-    return _MAGIC and panels_mod.products_stay_finite(a16, b16)
+    (:func:`~aneforge.emulator.panels.products_stay_finite`; a weight's scan is
+    remembered). Otherwise the products go through the fp16 format, with the same bits."""
+    return _MAGIC and panels_mod.products_stay_finite(a16, b16, _magnitude_top)
+
+
+def _magnitude_top(x16) -> int:
+    return MEMO.get(x16, "top", panels_mod.magnitude_top)
 
 
 def _launch(a16, panels, m, n, pack=None, magic=False):

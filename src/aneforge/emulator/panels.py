@@ -96,11 +96,12 @@ def magnitude_top(x16) -> int:
     return max(int(x16.view(np.int16).max()), int(x16.max()) & 0x7FFF)
 
 
-def products_stay_finite(a16, b16) -> bool:
+def products_stay_finite(a16, b16, top=magnitude_top) -> bool:
     """Whether every product of an element of ``a16`` with one of ``b16`` (uint16 fp16
     bits) is finite and below 65520 in magnitude: the domain of
     :func:`~aneforge.emulator.fp16_ir.magic_rounded_product`. Both operands must be
-    finite and the product of their largest magnitudes (exact in float64) below 65520.
+    finite and the product of their largest magnitudes (``top`` of each, by default
+    :func:`magnitude_top`; exact in float64) below 65520.
 
     Example:
         >>> bits = lambda *v: np.float16(v).view(np.uint16)
@@ -109,7 +110,7 @@ def products_stay_finite(a16, b16) -> bool:
         >>> products_stay_finite(bits(256.0), bits(256.0))  # 65536: inf in fp16
         False
     """
-    tops = np.array([magnitude_top(a16), magnitude_top(b16)], np.uint16)
+    tops = np.array([top(a16), top(b16)], np.uint16)
     if tops.max() >= 0x7C00:  # an inf or NaN operand
         return False
     small, large = tops.view(np.float16).astype(np.float64)
