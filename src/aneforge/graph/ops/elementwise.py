@@ -433,7 +433,14 @@ _INTEGER = _with_tiny(corners, _integer_tiny)
 _ODD, _SAT, _MUL = Flag.ODD, Flag.SATURATES, Flag.MULTIPLIES
 _UNARY_OPS = (
     unary_op("neg", np.negative, "-x", _SAME_TINY, signed, flags=(_ODD,)),
-    unary_op("relu", lambda x: np.maximum(x, 0.0), "max(x, 0)", _SAME_TINY, nonnegative),
+    unary_op(
+        "relu",
+        lambda x: np.maximum(x, 0.0),
+        "max(x, 0)",
+        _SAME_TINY,
+        nonnegative,
+        nest=LoopNest("elementwise", scalar=lambda attrs: ("max", 0, ("const", 0.0))),
+    ),
     unary_op(
         "gelu",
         _gelu,
