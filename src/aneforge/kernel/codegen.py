@@ -14,7 +14,13 @@ reference interpreter (:mod:`aneforge.kernel.interpret`), obtained in float32:
 - a unary op of an fp16 value is a lookup in a 65536-entry table of the op itself (the
   scalar op, or the record's kernel for a :class:`~aneforge.kernel.ir.Call`), built
   from the very function the interpreter calls, so transcendental functions need no
-  reimplementation;
+  reimplementation (``relu``, exact in float32, is rendered as a max instead);
+- perfectly nested loops whose accesses allow it run as one loop over reshaped views
+  (:mod:`aneforge.kernel.collapse`), so short rows do not keep the loop from vectorizing;
+- an expression that reads no iterator of the innermost loop (a per-channel statistic,
+  a constant's square root) is computed once at the head of the deepest loop it reads,
+  unless it sits under a condition or reads a buffer the kernel writes
+  (:meth:`_Gen.value`);
 - an elementwise :class:`~aneforge.kernel.ir.Call` of several operands expands by its
   record's ``LoopNest.scalar`` form; a call with neither a table nor a form raises
   :class:`Unsupported`;
@@ -46,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..graph.registry import get_op
+from .collapse import collapse
 from .ir import (
     SCALAR_OPS,
     Affine,
@@ -85,6 +92,10 @@ _EXACT_UNARY = {
     "rsqrt": "(1.0 / np.sqrt({0}))", "relu": "J.vmax({0}, 0.0)",
 }  # fmt: skip
 
+# Unary ops of an fp16 value whose float32 result is exact and already an fp16 value,
+# rendered directly (a table lookup keeps the loop from vectorizing).
+_DIRECT_UNARY = {"relu": "J.vmax({0}, _ZERO)"}
+
 H, F, D = "h", "f", "d"  # an fp16 value in float32, a float32 value, an exact float64
 
 
@@ -109,11 +120,29 @@ class GeneratedKernel:
     parallel: bool
 
 
+@dataclass
+class _Frame:
+    """A scope invariant expressions may be computed in: the function (``index`` None)
+    or a loop's body, whose ``lines`` are rendered before the rest of that body."""
+
+    index: str | None
+    depth: int
+    lines: list
+
+
 class _Gen:
-    def __init__(self, code: Code):
+    def __init__(self, code: Code, stmts: tuple = (), views: dict | None = None):
         self.code = code
+        self.views = views or {}  # view name -> (buffer, shape): merged loops' reshapes
+        self.view_vars: dict[str, str] = {}
         self.lines: list[str] = []
         self.depth = 1
+        # loop-invariant code motion: the open scopes, outermost first; buffers some
+        # statement writes (reads of them never move); >0 inside a conditional or lanes
+        self.frames = [_Frame(None, 1, [])]
+        written = (st.node for st in walk(stmts) if isinstance(st, (Set, Zero)))
+        self.written = {self.base(n) for n in written}
+        self.guarded = 0
         self.ints: list[int] = []
         self.consts: list[float] = []
         self.tables: dict = {}
@@ -155,10 +184,24 @@ class _Gen:
         return self.tables[key]
 
     def buf(self, name: str) -> str:
+        if name in self.views:  # a reshape of a buffer, made once at the top
+            if name not in self.view_vars:
+                base, shape = self.views[name]
+                var = self.view_vars[name] = f"_v{len(self.view_vars)}"
+                dims = "".join(f"{self.int_(d)}, " for d in shape)
+                self.frames[0].lines.append(f"    {var} = {self.buf(base)}.reshape(({dims}))")
+            return self.view_vars[name]
         if name not in self.buffers:
             self.code.buffer(name)  # raises for an unknown buffer
             self.buffers[name] = f"_b{len(self.buffers)}"
         return self.buffers[name]
+
+    def base(self, name: str) -> str:
+        """The buffer a view shows (a buffer is its own)."""
+        return self.views[name][0] if name in self.views else name
+
+    def dtype(self, name: str) -> str:
+        return self.code.buffer(self.base(name)).dtype
 
     # -- indices ------------------------------------------------------------------------
 
@@ -186,6 +229,49 @@ class _Gen:
     # -- scalars: (text, class) ---------------------------------------------------------
 
     def value(self, s):
+        """``s`` rendered: ``(text, class)``. An expression whose reads do not move in
+        the innermost loop is computed once where they stop moving (the head of the
+        deepest loop it depends on, or the function's), into a temporary."""
+        level = self.level(s) if isinstance(s, (Get, Op, Call)) else None
+        return self.at(level, lambda: self.render(s))
+
+    def at(self, level: int | None, render):
+        """``render()`` in frame ``level``'s lines, its text held in a temporary there;
+        in place when ``level`` is None or the innermost frame."""
+        if level is None or level >= len(self.frames) - 1:
+            return render()
+        frame = self.frames[level]
+        saved = self.lines, self.depth
+        self.lines, self.depth = frame.lines, frame.depth
+        try:
+            text, cls = render()
+            if not text.startswith("_e"):
+                text = self.assign(text)
+        finally:
+            self.lines, self.depth = saved
+        return text, cls
+
+    def level(self, s) -> int | None:
+        """The frame where ``s`` may be computed once (its index in ``frames``): that
+        of the deepest loop whose iterator it reads (0, the function's, for none). None
+        when it may not move: it reads a local or a buffer some statement writes, has a
+        conditional part, is rendered under a condition or in lanes, or reads an
+        iterator that is no frame's."""
+        if self.guarded:
+            return None
+        deps = set()
+        for item in walk(s):
+            if isinstance(item, (GetLocal, LocalScope, Where, And, Or)):
+                return None
+            if isinstance(item, Get) and self.base(item.node) in self.written:
+                return None
+            if isinstance(item, (Get, InRange)):
+                for a in item.index:
+                    deps.update(a.coeffs)
+        depth = [i for i, f in enumerate(self.frames) if f.index in deps]
+        return None if len(depth) != len(deps) else max(depth, default=0)
+
+    def render(self, s):
         if isinstance(s, Const):
             if s.held:
                 with np.errstate(over="ignore"):
@@ -193,7 +279,7 @@ class _Gen:
             self.consts.append(float(s.value))  # exact: read as the float64 entry
             return f"_K[{len(self.consts) - 1}]", D
         if isinstance(s, Get):
-            dtype = self.code.buffer(s.node).dtype
+            dtype = self.dtype(s.node)
             text = self.cell(s.node, s.index)
             return (f"J.h2f({text})", H) if dtype == "fp16" else (text, F)
         if isinstance(s, GetLocal):
@@ -239,6 +325,8 @@ class _Gen:
                     raise Unsupported(f"scalar op {name} of a {cls} value")
                 d = f"np.float64({x})"
                 return self.assign(f"J.r16d({_EXACT_UNARY[name].format(d)})"), H
+            if name in _DIRECT_UNARY:
+                return self.assign(_DIRECT_UNARY[name].format(x)), H
             return self.assign(f"{self.table_slot(('op', name, ()))}[J.f2h({x})]"), H
         if name in _ARITH:
             (a, ca), (b, cb) = args
@@ -266,28 +354,38 @@ class _Gen:
 
     def call(self, s: Call):
         # the interpreter hands the record's kernel fp16 arrays: operands round first
-        args = []
+        args, levels = [], []
         for a in s.args:
+            level = self.level(a)
             text, cls = self.value(a)
-            args.append((text if cls == H else self.assign(self.round(text, cls)), H))
+            if cls != H:
+                text = self.at(level, lambda t=text, c=cls: (self.assign(self.round(t, c)), H))[0]
+            args.append((text, H))
+            levels.append(level)
         nest = get_op(s.op).nest
         form = nest.scalar if nest is not None else None
-        if form is not None:
-            return self.expand(form(dict(s.attrs)), args)
+        if form is not None:  # each step moves out as far as the operands it reads
+            return self.expand(form(dict(s.attrs)), args, levels)[:2]
         if len(args) == 1:
             slot = self.table_slot(("call", s.op, s.attrs))
             return self.assign(f"{slot}[J.f2h({args[0][0]})]"), H
         raise Unsupported(f"{s.op}: an elementwise op of {len(args)} operands with no scalar form")
 
-    def expand(self, form, args):
+    def expand(self, form, args, levels):
+        """``(text, class, level)`` of a scalar form over rendered ``args``, each step
+        rendered in the frame of the deepest operand it reads (``levels``)."""
         if isinstance(form, int):
-            return args[form]
+            return (*args[form], levels[form])
         if form[0] == "const":
             with np.errstate(over="ignore"):
-                return self.const(float(np.float16(form[1]))), H
+                return self.const(float(np.float16(form[1]))), H, 0
         if form[0] not in SCALAR_OPS:
             raise Unsupported(f"scalar form op {form[0]!r}")
-        return self.apply(form[0], [self.expand(f, args) for f in form[1:]])
+        parts = [self.expand(f, args, levels) for f in form[1:]]
+        subs = [p[2] for p in parts]
+        level = None if None in subs else max(subs)
+        text, cls = self.at(level, lambda: self.apply(form[0], [p[:2] for p in parts]))
+        return text, cls, level
 
     def where(self, s: Where):
         cond, _ = self.value(s.cond)
@@ -305,7 +403,11 @@ class _Gen:
         return name, D if wide else (H if classes == {H} else F)
 
     def arm_as(self, target: str, s, wide: bool) -> None:
-        text, cls = self.value(s)
+        self.guarded += 1  # an arm runs only where its condition selects it
+        try:
+            text, cls = self.value(s)
+        finally:
+            self.guarded -= 1
         self.emit(f"{target} = np.float64({text})" if wide else f"{target} = np.float32({text})")
 
     def klass(self, s) -> str:
@@ -313,7 +415,7 @@ class _Gen:
         if isinstance(s, Const):
             return H if s.held else D
         if isinstance(s, Get):
-            return H if self.code.buffer(s.node).dtype == "fp16" else F
+            return H if self.dtype(s.node) == "fp16" else F
         if isinstance(s, GetLocal):
             return H if self.locals.get(s.name) == "fp16" else F
         if isinstance(s, LocalScope):
@@ -332,7 +434,9 @@ class _Gen:
         self.emit(f"{name} = _ONE" if is_or else f"{name} = _ZERO")
         self.emit(f"if {left} {'==' if is_or else '!='} 0:")
         self.depth += 1
+        self.guarded += 1
         right, _ = self.value(s.b)
+        self.guarded -= 1
         self.emit(f"{name} = _ONE if {right} != 0 else _ZERO")
         self.depth -= 1
         return name, H
@@ -365,6 +469,15 @@ class _Gen:
             return False
         if not any(_reads_along(c[-1].value, st.index) for c in chains):
             return False
+        self.guarded += 1  # its lane loops are not frames: nothing moves out of them
+        try:
+            self.lanes(st, store, scopes, chains)
+        finally:
+            self.guarded -= 1
+        return True
+
+    def lanes(self, st: For, store: Set, scopes: list, chains: list) -> None:
+        """Render :meth:`laned_loop`'s form (checked there)."""
         lane = self.var("i", st.index)
         lo = "0" if st.lo == 0 else self.int_(st.lo)
         hi = self.int_(st.hi + 1)
@@ -395,7 +508,6 @@ class _Gen:
         self.depth -= 1
         for scope in scopes:
             self.laned.discard(scope.name)
-        return True
 
     def declare(self, name: str, dtype: str, init: float) -> None:
         self.locals[name] = dtype
@@ -416,15 +528,23 @@ class _Gen:
                 return
             lo = "0" if st.lo == 0 else self.int_(st.lo)
             loop = "numba.prange" if st.index == self.parallel_loop else "range"
-            self.emit(f"for {self.var('i', st.index)} in {loop}({lo}, {self.int_(st.hi + 1)}):")
+            header = f"for {self.var('i', st.index)} in {loop}({lo}, {self.int_(st.hi + 1)}):"
+            outside = self.lines
+            frame = _Frame(st.index, self.depth + 1, [])
+            self.frames.append(frame)
+            self.lines = []
             self.depth += 1
             self.body(st.body)
             if not st.body:
                 self.emit("pass")
             self.depth -= 1
+            self.frames.pop()
+            body, self.lines = self.lines, outside
+            self.emit(header)
+            self.lines.extend(frame.lines + body)
         elif isinstance(st, Set):
             self.hoist(st.value)
-            dtype = self.code.buffer(st.node).dtype
+            dtype = self.dtype(st.node)
             cell = self.cell(st.node, st.index)
             text, cls = self.value(st.value)
             if st.accumulate is not None:
@@ -459,7 +579,9 @@ class _Gen:
             cond, _ = self.value(st.cond)
             self.emit(f"if {cond} != 0:")
             self.depth += 1
+            self.guarded += 1  # what the body reads may be valid only where cond holds
             self.body(st.body)
+            self.guarded -= 1
             if not st.body:
                 self.emit("pass")
             self.depth -= 1
@@ -612,7 +734,8 @@ def generate(code: Code, stmts: tuple, name: str = "run") -> GeneratedKernel:
 
     Raises :class:`Unsupported` when something in them has no rendering here.
     """
-    gen = _Gen(code)
+    stmts, views = collapse(code, stmts)
+    gen = _Gen(code, stmts, views)
     gen.parallel_loop = _parallel_loop(stmts)
     gen.body(stmts)
     bufs = list(gen.buffers.items())
@@ -631,7 +754,7 @@ def generate(code: Code, stmts: tuple, name: str = "run") -> GeneratedKernel:
     ]
     unpack = [f"    _p{i} = _P[{i}]" for i in range(len(gen.ints))]
     unpack += [f"    _k{i} = np.float32(_K[{i}])" for i in range(len(gen.consts))]
-    source = "\n".join(head + unpack + gen.lines + ["    return 0", ""])
+    source = "\n".join(head + unpack + gen.frames[0].lines + gen.lines + ["    return 0", ""])
     key = hashlib.sha256(source.encode()).hexdigest()[:20]
     return GeneratedKernel(
         source,
