@@ -77,11 +77,9 @@ from .ir import (
     Zero,
     walk,
 )
+from .parallel import parallel_loop
 
 __all__ = ["GeneratedKernel", "Unsupported", "generate", "table"]
-
-#: Below this many innermost iterations a kernel runs serially (waking threads costs more).
-PARALLEL_WORK = 1 << 16
 
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
@@ -653,82 +651,6 @@ def _reads_along(value, index: str) -> bool:
     )
 
 
-def _parallel_loop(stmts) -> str | None:
-    """The iterator of the outermost loop whose iterations write distinct cells and
-    share no local, when the statements are one loop nest with enough work."""
-    if len(stmts) != 1 or not isinstance(stmts[0], For):
-        return None
-    loop = stmts[0]
-    work = 1
-    for item in walk(loop):
-        if isinstance(item, For):
-            work = max(work, _trips(loop, item))
-    if work < PARALLEL_WORK:
-        return None
-    while True:
-        if loop.trips >= 2 and _distinct(loop):
-            return loop.index
-        if len(loop.body) != 1 or not isinstance(loop.body[0], For):
-            return None
-        loop = loop.body[0]
-
-
-def _trips(outer: For, target: For) -> int:
-    """Iterations of ``target``'s body over the nest from ``outer`` (an upper bound)."""
-    total = 1
-    stack = [(outer, 1)]
-    while stack:
-        node, mult = stack.pop()
-        if isinstance(node, For):
-            mult *= max(node.trips, 0)
-            if node is target:
-                total = max(total, mult)
-            stack.extend((b, mult) for b in node.body)
-    return total
-
-
-def _distinct(loop: For) -> bool:
-    """Whether iterations of ``loop`` never write one cell and no local outlives an
-    iteration: every store has an axis whose index tells ``loop``'s iterator apart
-    (:func:`_separates`)."""
-    declared = {s.name for s in walk(loop.body) if isinstance(s, (DeclareLocal, LocalScope))}
-    trips = {f.index: f.trips for f in walk(loop) if isinstance(f, For)}
-    for item in walk(loop.body):
-        if isinstance(item, Zero):
-            return False
-        if isinstance(item, SetLocal) and item.name not in declared:
-            return False
-        if isinstance(item, Set) and not any(_separates(a, loop.index, trips) for a in item.index):
-            return False
-    return True
-
-
-def _separates(index, name: str, trips: dict) -> bool:
-    """Whether two cells ``index`` reaches are equal only where iterator ``name`` is too:
-    ``index`` reads ``name`` and is one-to-one in the iterators of ``trips`` it reads
-    (the others, outer loops, are fixed in a parallel loop's iterations). That holds
-    when its terms, by ascending coefficient, form a mixed radix: each coefficient
-    exceeds the span of the smaller terms (``c * (trips - 1)`` summed), as a channel
-    index ``C/g * i + j`` (j < C/g) of a channel shuffle does.
-
-    Example:
-        >>> from aneforge.kernel.ir import it
-        >>> _separates(it("i") * 4 + it("j"), "i", {"i": 3, "j": 4})
-        True
-        >>> _separates(it("i") * 4 + it("j"), "i", {"i": 3, "j": 5})  # 4*1 + 0 == 4*0 + 4
-        False
-    """
-    coeffs = index.coeffs
-    if name not in coeffs:
-        return False
-    span = 0
-    for c, n in sorted((abs(c), trips[k]) for k, c in coeffs.items() if k in trips):
-        if c <= span:
-            return False
-        span += c * max(n - 1, 0)
-    return True
-
-
 def generate(code: Code, stmts: tuple, name: str = "run") -> GeneratedKernel:
     """The kernel running ``stmts`` (statements of ``code``, no opaque ones).
 
@@ -736,7 +658,7 @@ def generate(code: Code, stmts: tuple, name: str = "run") -> GeneratedKernel:
     """
     stmts, views = collapse(code, stmts)
     gen = _Gen(code, stmts, views)
-    gen.parallel_loop = _parallel_loop(stmts)
+    gen.parallel_loop = parallel_loop(stmts)
     gen.body(stmts)
     bufs = list(gen.buffers.items())
     tables = sorted(gen.tables.items(), key=lambda kv: int(kv[1][2:]))
