@@ -458,3 +458,42 @@ def test_strided_b_packs_like_a_contiguous_copy(k, n):
     wide = rng.standard_normal((1, 2 * k, 3 * n)).astype(np.float16)
     for b in (w[:, :n].transpose(0, 2, 1), w[:, ::2].transpose(0, 2, 1), wide[:, ::2, ::3]):
         assert_same_bits(gemm_fast(a, b), gemm_reference(a, b))
+
+
+# ---- a convolution's patches gathered into the panels ----------------------------------
+
+
+def _patches(xp, kernel, stride, dil, groups):
+    """The (N*G, Cin/G*kh*kw, Ho*Wo) patch matrix, built by NumPy's window views."""
+    n, c = xp.shape[:2]
+    span = ((kernel[0] - 1) * dil[0] + 1, (kernel[1] - 1) * dil[1] + 1)
+    win = np.lib.stride_tricks.sliding_window_view(xp, span, axis=(2, 3))
+    win = win[:, :, :: stride[0], :: stride[1], :: dil[0], :: dil[1]]
+    ho, wo = win.shape[2:4]
+    k = c // groups * kernel[0] * kernel[1]
+    return win.transpose(0, 1, 4, 5, 2, 3).reshape(n * groups, k, ho * wo)
+
+
+@pytest.mark.parametrize(
+    ("shape", "kernel", "stride", "dil", "groups", "cout"),
+    [
+        ((1, 3, 9, 60), (3, 3), (1, 1), (1, 1), 1, 8),  # rows longer than a panel
+        ((2, 4, 12, 7), (3, 3), (1, 1), (1, 1), 2, 4),  # 5-wide rows: several per panel
+        ((1, 2, 15, 15), (3, 3), (2, 2), (1, 1), 1, 12),  # stride 2
+        ((1, 3, 20, 23), (7, 7), (3, 2), (1, 1), 1, 4),  # stem-like, uneven strides
+        ((1, 4, 13, 17), (3, 2), (1, 1), (2, 3), 4, 8),  # dilated, depthwise groups
+        ((1, 1, 5, 5), (5, 5), (1, 1), (1, 1), 1, 4),  # one output position
+    ],
+)
+def test_gathered_windows_give_the_patch_matrix_bits(shape, kernel, stride, dil, groups, cout):
+    from aneforge.emulator import windows
+
+    rng = np.random.default_rng(sum(shape))
+    xp = (rng.standard_normal(shape) * 3).astype(np.float16)
+    k = shape[1] // groups * kernel[0] * kernel[1]
+    w3 = np.tile((rng.standard_normal((groups, cout, k)) * 2).astype(np.float16), (shape[0], 1, 1))
+    patches = _patches(xp, kernel, stride, dil, groups)
+    want = gemm_reference(w3, patches)
+    got = windows.gemm_windows(w3, xp, kernel, stride, dil, groups)
+    assert got is not None  # few output channels: never the transposed run
+    assert_same_bits(got, want)
