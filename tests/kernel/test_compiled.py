@@ -293,3 +293,17 @@ def test_the_outermost_loop_that_writes_distinct_cells_runs_in_parallel(stride, 
     feeds = {"x": _with_specials((24, 4096), np.random.default_rng(stride))}
     want = execute(code, feeds).outputs["y"]
     assert _same(want, _run_code(code, kernel, feeds)["y"])
+
+
+def test_a_row_sum_counts_its_inner_loop_as_work_and_runs_rows_in_parallel():
+    """The work of a row sum's loop lies inside its accumulation scope: 128 rows of 1024
+    terms are enough to share out, each row still summed in order by one thread."""
+    x = af.input((128, 1024), name="x")
+    prog = af.compile(((x * 0.5).exp() * x).sum(axis=-1), opt=0)
+    (region,) = prog.fused_regions
+    plan = compiled.plan_region(prog, region, _node_kernel(None))
+    sums = [k for k, *_ in plan.steps if "_l0" in k.source]
+    assert sums and all(k.parallel for k in sums)
+    xs = [_with_specials((128, 1024), np.random.default_rng(5), scale=1.0)]
+    (got,) = compiled.run_plan(plan, _env(prog, xs)).values()
+    assert _same(got, execute_fp16(prog, xs, regions=False)[0])

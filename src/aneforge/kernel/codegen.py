@@ -213,11 +213,14 @@ class _Gen:
         return " + ".join(parts) or "0"
 
     def position(self, a: Affine) -> str:
-        """An index into a buffer: unsigned unless it is a bare iterator or a constant,
-        so numba emits no negative-index wraparound (which keeps loops from vectorizing);
-        every evaluated access is in bounds (reads outside sit under a guard)."""
+        """An index into a buffer: unsigned unless it is a constant or a bare iterator of
+        a ``range`` loop (which numba knows is not negative: a ``prange`` iterator it
+        does not), so numba emits no negative-index wraparound (which keeps loops from
+        vectorizing); every evaluated access is in bounds (reads outside sit under a
+        guard)."""
         text = self.affine(a)
-        if a.is_fixed or (a.terms == ((a.terms[0][0], 1),) and not a.offset):
+        bare = a.terms == ((a.terms[0][0], 1),) and not a.offset if a.terms else False
+        if a.is_fixed or (bare and a.terms[0][0] != self.parallel_loop):
             return text
         return f"np.uintp({text})"
 

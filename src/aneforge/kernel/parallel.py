@@ -11,7 +11,7 @@ Example:
 
 from __future__ import annotations
 
-from .ir import DeclareLocal, For, LocalScope, Set, SetLocal, Zero, walk
+from .ir import DeclareLocal, For, LocalScope, Set, SetLocal, Zero, children, walk
 
 __all__ = ["PARALLEL_WORK", "parallel_loop"]
 
@@ -40,7 +40,8 @@ def parallel_loop(stmts) -> str | None:
 
 
 def _trips(outer: For, target: For) -> int:
-    """Iterations of ``target``'s body over the nest from ``outer`` (an upper bound)."""
+    """Iterations of ``target``'s body over the nest from ``outer`` (an upper bound),
+    through loops inside expressions too (a row sum's scope)."""
     total = 1
     stack = [(outer, 1)]
     while stack:
@@ -49,7 +50,7 @@ def _trips(outer: For, target: For) -> int:
             mult *= max(node.trips, 0)
             if node is target:
                 total = max(total, mult)
-            stack.extend((b, mult) for b in node.body)
+        stack.extend((child, mult) for child in children(node))
     return total
 
 
