@@ -148,18 +148,24 @@ def _dw_kernel_py(xp, w, bias, geo, out):
                 dst[j] = _f32_to_f16_bits(y)
 
 
-def _bias_kernel_py(y, b, out):
+def _bias_kernel_py(y, b, out, along_rows):
     """out[k] = fp16(y[k] + b[k % C]) for the (N*C, S) uint16 rows ``y`` and the (C,)
-    float32 ``b`` holding fp16 values: NumPy's fp16 add (float32 sum, one rounding; the
-    sum of two fp16 values is exact in float32), branch-free so LLVM vectorizes it."""
+    float32 ``b`` holding fp16 values; with ``along_rows``, ``y`` is (N, C) and
+    out[k, i] = fp16(y[k, i] + b[i]) (one value per channel and row: a linear's
+    features). NumPy's fp16 add (float32 sum, one rounding; the sum of two fp16 values
+    is exact in float32), branch-free inner loops so LLVM vectorizes them."""
     nblk, size = y.shape
     nc = b.shape[0]
     for k in numba.prange(nblk):
-        bc = b[k % nc]
         src = y[k]
         dst = out[k]
-        for i in range(size):
-            dst[i] = _f32_to_f16_bits(_h2f(src[i]) + bc)
+        if along_rows:
+            for i in range(size):
+                dst[i] = _f32_to_f16_bits(_h2f(src[i]) + b[i])
+        else:
+            bc = b[k % nc]
+            for i in range(size):
+                dst[i] = _f32_to_f16_bits(_h2f(src[i]) + bc)
 
 
 def _bn_kernel_py(x, mean, r, w, b, out, flags):
@@ -403,14 +409,15 @@ def _run_bias_add(y, b):
         return None
     if any(d != 1 for d in b.shape[1:]):
         return None  # not one value per channel
-    y2 = np.ascontiguousarray(y).view(np.uint16).reshape(y.shape[0] * c, -1)
+    along_rows = y.size == y.shape[0] * c  # one value per channel: rows of C values
+    y2 = np.ascontiguousarray(y).view(np.uint16).reshape(y.shape[0] * (1 if along_rows else c), -1)
     out = np.empty(y2.shape, np.uint16)
     b32 = b.reshape(c).astype(np.float32)
     if y.size < _SERIAL_ELEMENTS:  # one thread: waking the pool would cost more
-        _bias_ser_jit(y2, b32, out)
+        _bias_ser_jit(y2, b32, out, along_rows)
     else:
         with _launch_lock:
-            _bias_par_jit(y2, b32, out)
+            _bias_par_jit(y2, b32, out, along_rows)
     return out.view(np.float16).reshape(y.shape)
 
 
@@ -424,10 +431,11 @@ def _bias_add_matches() -> bool:
     b = rng.integers(0, 1 << 16, (5, 1), dtype=np.uint16).view(np.float16)
     b[:4, 0] = [65504, 0.0, 1.0, -6e-8]
     small = y[:, :, :7]  # the serial kernel
+    rows = y.reshape(-1, 5, 1)[: 2 + _SERIAL_ELEMENTS // 5]  # one value per channel
     with np.errstate(all="ignore"):
         return all(
             (got := _run_bias_add(v, b)) is not None and _gemm._same_bits(got, v + b)
-            for v in (y, small)
+            for v in (y, small, rows, rows[:3])
         )
 
 
