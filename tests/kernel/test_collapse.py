@@ -58,7 +58,7 @@ def _random_elementwise(seed: int) -> Code:
     return Code(f"ew{seed}", tuple(buffers), _nest(shape, (Set("y", tuple(iters), value),)))
 
 
-@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("seed", range(20))
 def test_merged_nests_give_the_interpreters_bits(seed):
     code = _random_elementwise(seed)
     kernel = generate(code, code.body)
@@ -68,8 +68,8 @@ def test_merged_nests_give_the_interpreters_bits(seed):
 
 
 def test_most_random_nests_merge_some_loops():
-    merged = sum(bool(collapse(c, c.body)[1]) for c in map(_random_elementwise, range(30)))
-    assert merged >= 10  # 13 of these 30 draws (the rest vary along non-adjacent axes)
+    merged = sum(bool(collapse(c, c.body)[1]) for c in map(_random_elementwise, range(20)))
+    assert merged >= 6  # 8 of these 20 draws (the rest vary along non-adjacent axes)
 
 
 def _two_loops(store, x_shape=(6, 5), y_shape=(6, 5)):
