@@ -129,3 +129,20 @@ def test_a_weight_cannot_be_made_writeable():
     value = af.weight(np.ones((4, 4))).value
     with pytest.raises(ValueError):
         value.flags.writeable = True
+
+
+def test_a_weights_magnitude_scan_is_remembered_with_the_same_answer():
+    import aneforge.emulator.gemm as gemm_module
+
+    rng = np.random.default_rng(5)
+    w = af.weight(rng.standard_normal((64, 32)) * 100).value
+    view = w.T[None].view(np.uint16)
+    want = panels_module.magnitude_top(view)
+    assert gemm_module._magnitude_top(view) == want
+    assert gemm_module._magnitude_top(view) == want  # the second from the memo
+    x = (rng.standard_normal((1, 3, 64)) * 100).astype(np.float16).view(np.uint16)
+    for top in (panels_module.magnitude_top, gemm_module._magnitude_top):
+        assert panels_module.products_stay_finite(x, view, top) == bool(
+            np.abs(x.view(np.float16).astype(np.float64)).max() * np.abs(w.astype(np.float64)).max()
+            < 65520.0
+        )

@@ -355,6 +355,7 @@ def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
 # ---- programs ------------------------------------------------------------------------
 
 _plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_lasts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # program -> _last_reads
 _plans_lock = threading.Lock()
 
 
@@ -422,7 +423,12 @@ def execute_regions(program, inputs, node_kernel, chip=None) -> list | None:
 
 
 def _last_reads(program) -> dict[int, list[int]]:
-    """Per region position, the values no later region reads."""
+    """Per region position, the values no later region reads (computed once per
+    program)."""
+    with _plans_lock:
+        cached = _lasts.get(program)
+    if cached is not None:
+        return cached
     where: dict[int, int] = {}
     for i, region in enumerate(program.regions):
         for n in region.nodes:
@@ -434,4 +440,6 @@ def _last_reads(program) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     for value, i in last.items():
         out.setdefault(i, []).append(value)
+    with _plans_lock:
+        _lasts[program] = out
     return out

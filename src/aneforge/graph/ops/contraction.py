@@ -350,16 +350,17 @@ def _conv2d(x, w, stride, pad, dil, groups, matmul, windows=None):
         x = np.pad(x, ((0, 0), (0, 0)) + tuple(pad))
     n, c, cout = x.shape[0], x.shape[1], w.shape[0]
     kh, kw = w.shape[2:]
-    win = np.lib.stride_tricks.sliding_window_view(
-        x, ((kh - 1) * dil[0] + 1, (kw - 1) * dil[1] + 1), axis=(2, 3)
-    )[:, :, :: stride[0], :: stride[1], :: dil[0], :: dil[1]]
-    ho, wo = win.shape[2], win.shape[3]
+    span = ((kh - 1) * dil[0] + 1, (kw - 1) * dil[1] + 1)
+    ho = (x.shape[2] - span[0]) // stride[0] + 1
+    wo = (x.shape[3] - span[1]) // stride[1] + 1
     cg = c // groups
     wmat = w.reshape(groups, cout // groups, cg * kh * kw)
     if n > 1:
         wmat = np.tile(wmat, (n, 1, 1))
     y = None if windows is None else windows(wmat, x, (kh, kw), stride, dil, groups)
     if y is None:
+        win = np.lib.stride_tricks.sliding_window_view(x, span, axis=(2, 3))
+        win = win[:, :, :: stride[0], :: stride[1], :: dil[0], :: dil[1]]
         patches = win.transpose(0, 1, 4, 5, 2, 3).reshape(n * groups, cg * kh * kw, ho * wo)
         y = matmul(wmat, patches)  # (N*G, Cout/G, Ho*Wo)
     return y.reshape(n, cout, ho, wo)
