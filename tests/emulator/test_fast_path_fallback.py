@@ -101,8 +101,7 @@ def broken_kernels(monkeypatch):
     monkeypatch.setattr(gemm_module, "_kernel", _compile_failure)
     monkeypatch.setattr(gemm_module, "_state", {"ready": False, "error": None})
     monkeypatch.setattr(gemm_module, "FAST_PATH_AVAILABLE", True)
-    monkeypatch.setattr(fk, "_bn_ser", _compile_failure)
-    monkeypatch.setattr(fk, "_bn_par", _compile_failure)
+    monkeypatch.setattr(fk, "_bn", _compile_failure)
     monkeypatch.setattr(fk, "_state", {"ok": None, "error": None})
     monkeypatch.setattr(gemm_module, "_warned", set())
 

@@ -59,20 +59,15 @@ _SERIAL_ELEMENTS = 1 << 16  # below this, waking the thread pool costs more than
 _load_lock = threading.Lock()
 
 
-# Set by _define_kernels once numba has imported: the compiled _bn_kernel_py, parallel
-# and serial, _dw_kernel_py, and _bias_kernel_py, parallel and serial.
-_h2f = _r16 = _f32_to_f16_bits = _bn_par_jit = _bn_ser_jit = _dw_jit = None
-_bias_par_jit = _bias_ser_jit = None
+# Set by _define_kernels once numba has imported: the compiled (parallel) _bn_kernel_py,
+# _dw_kernel_py and _bias_kernel_py; a small problem runs them on one thread
+# (gemm.parallel_launch), so no serial twin is compiled.
+_h2f = _r16 = _f32_to_f16_bits = _bn_jit = _dw_jit = _bias_jit = None
 
 
-def _bn_par(*args):
-    """Run the parallel compiled batch_norm kernel (:func:`_bn_kernel_py`)."""
-    _bn_par_jit(*args)
-
-
-def _bn_ser(*args):
-    """Run the serial compiled batch_norm kernel (:func:`_bn_kernel_py`)."""
-    _bn_ser_jit(*args)
+def _bn(*args, serial=False):
+    """Run the compiled batch_norm kernel (:func:`_bn_kernel_py`)."""
+    _gemm.parallel_launch(_bn_jit, *args, serial=serial)
 
 
 def _load() -> bool:
@@ -91,25 +86,20 @@ def _load() -> bool:
 
 def _define_kernels() -> None:
     """Define the numba intrinsics and the kernels (each compiled on its first call)."""
-    global _h2f, _r16, _f32_to_f16_bits, _bn_par_jit, _bn_ser_jit, _dw_jit
-    global _bias_par_jit, _bias_ser_jit
+    global _h2f, _r16, _f32_to_f16_bits, _bn_jit, _dw_jit, _bias_jit
 
     # the fp16 conversions are the gemm module's intrinsics (it defined them first)
     _h2f, _r16, _f32_to_f16_bits = _gemm._h2f, _gemm._r16, _gemm._f32_to_f16_bits
 
     _cache = not _FORCE_PORTABLE
     try:
-        _bn_par_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_bn_kernel_py)
-        _bn_ser_jit = numba.njit(nogil=True, cache=_cache)(_bn_kernel_py)
+        _bn_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_bn_kernel_py)
         _dw_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_dw_kernel_py)
-        _bias_par_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_bias_kernel_py)
-        _bias_ser_jit = numba.njit(nogil=True, cache=_cache)(_bias_kernel_py)
+        _bias_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_bias_kernel_py)
     except Exception:  # no writable cache location: compile per process instead
-        _bn_par_jit = numba.njit(parallel=True, nogil=True)(_bn_kernel_py)
-        _bn_ser_jit = numba.njit(nogil=True)(_bn_kernel_py)
+        _bn_jit = numba.njit(parallel=True, nogil=True)(_bn_kernel_py)
         _dw_jit = numba.njit(parallel=True, nogil=True)(_dw_kernel_py)
-        _bias_par_jit = numba.njit(parallel=True, nogil=True)(_bias_kernel_py)
-        _bias_ser_jit = numba.njit(nogil=True)(_bias_kernel_py)
+        _bias_jit = numba.njit(parallel=True, nogil=True)(_bias_kernel_py)
 
 
 def _dw_kernel_py(xp, w, bias, geo, out):
@@ -198,7 +188,6 @@ def _bn_kernel_py(x, mean, r, w, b, out, flags):
 # ---- batch_norm ------------------------------------------------------------------------
 
 _lock = threading.Lock()  # guards the one-time compile and check
-_launch_lock = threading.Lock()  # one parallel launch at a time (see gemm)
 _state: dict = {"ok": None, "error": None}
 
 
@@ -244,11 +233,7 @@ def _run_batch_norm(inputs, attrs):
     x2 = np.ascontiguousarray(x).view(np.uint16).reshape(x.shape[0] * nc, -1)
     out = np.empty(x2.shape, np.uint16)
     flags = np.empty(x2.shape[0], np.bool_)
-    if x.size < _SERIAL_ELEMENTS:
-        _bn_ser(x2, *vecs, out, flags)
-    else:
-        with _launch_lock:
-            _bn_par(x2, *vecs, out, flags)
+    _bn(x2, *vecs, out, flags, serial=x.size < _SERIAL_ELEMENTS)
     if flags.any():
         return None
     return out.view(np.float16).reshape(x.shape)
@@ -353,8 +338,7 @@ def _run_depthwise(inputs, attrs):
     geo = np.array([stride[0], stride[1], dil[0], dil[1], int(has_bias)], np.int64)
     out = np.empty((x.shape[0], c, ho, wo), np.uint16)
     taps = np.ascontiguousarray(w.reshape(c, *kern).astype(np.float32))
-    with _launch_lock:
-        _dw_jit(xp, taps, bias, geo, out)
+    _gemm.parallel_launch(_dw_jit, xp, taps, bias, geo, out)
     return out.view(np.float16)
 
 
@@ -413,11 +397,8 @@ def _run_bias_add(y, b):
     y2 = np.ascontiguousarray(y).view(np.uint16).reshape(y.shape[0] * (1 if along_rows else c), -1)
     out = np.empty(y2.shape, np.uint16)
     b32 = b.reshape(c).astype(np.float32)
-    if y.size < _SERIAL_ELEMENTS:  # one thread: waking the pool would cost more
-        _bias_ser_jit(y2, b32, out, along_rows)
-    else:
-        with _launch_lock:
-            _bias_par_jit(y2, b32, out, along_rows)
+    serial = y.size < _SERIAL_ELEMENTS  # one thread: waking the pool would cost more
+    _gemm.parallel_launch(_bias_jit, y2, b32, out, along_rows, serial=serial)
     return out.view(np.float16).reshape(y.shape)
 
 

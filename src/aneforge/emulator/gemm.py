@@ -650,18 +650,30 @@ def _launch(a16, panels, m, n, pack=None, magic=False):
     a16 = a16.view()
     a16.flags.writeable = False
     small = nb * mp * npan * _NR * k < _SERIAL_WORK  # threads cost more than they save
-    with _launch_lock:  # one parallel launch at a time: not every numba threading layer
-        threads = numba.get_num_threads()  # accepts concurrent launches from several threads
-        if small and threads > 1:
+
+    def run():
+        if pack is not None:
+            pack()
+        _kernel(a16, panels, out, magic)
+
+    parallel_launch(run, serial=small)
+    return out.view(np.float16)
+
+
+def parallel_launch(fn, *args, serial: bool = False):
+    """``fn(*args)``, a call of numba parallel kernels, one at a time in the process (not
+    every numba threading layer accepts concurrent launches from several threads); on
+    one thread when ``serial`` (waking the pool for a small problem costs more than it
+    saves). Results never depend on it. load_numba() must have succeeded."""
+    with _launch_lock:
+        threads = numba.get_num_threads()
+        if serial and threads > 1:
             numba.set_num_threads(1)
         try:
-            if pack is not None:
-                pack()
-            _kernel(a16, panels, out, magic)
+            return fn(*args)
         finally:
-            if small and threads > 1:
+            if serial and threads > 1:
                 numba.set_num_threads(threads)
-    return out.view(np.float16)
 
 
 def _same_bits(x, y) -> bool:

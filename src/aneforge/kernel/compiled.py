@@ -164,7 +164,6 @@ def default_placement(program, region, host: set[int]) -> list[Placement]:
 
 _kernels: dict[str, object] = {}
 _kernel_lock = threading.Lock()
-_launch_lock = threading.Lock()
 
 
 def _module_key(k: GeneratedKernel) -> str:
@@ -332,8 +331,7 @@ def run_plan(plan: RegionPlan, values: dict) -> dict:
         k, fn, tables = step
         args = [bufs[n] for n in k.buffers]
         if k.parallel:
-            with _launch_lock:
-                fn(*args, k.ints, k.consts, *tables)
+            _gemm.parallel_launch(fn, *args, k.ints, k.consts, *tables)
         else:
             fn(*args, k.ints, k.consts, *tables)
     return {
