@@ -636,6 +636,7 @@ def _magic_applies(a16, b16) -> bool:
 
 
 def _magnitude_top(x16) -> int:
+    """:func:`~aneforge.emulator.panels.magnitude_top` of ``x16``, a weight's remembered."""
     return MEMO.get(x16, "top", panels_mod.magnitude_top)
 
 
