@@ -72,6 +72,8 @@ import numpy as np
 from ..errors import FastPathWarning
 from . import fp16_ir
 from . import panels as panels_mod
+from .gemm_oracle import check_operands as _check_operands
+from .gemm_oracle import gemm_reference
 from .operand_memo import MEMO
 
 __all__ = ["FAST_PATH_AVAILABLE", "FastPathWarning", "gemm", "gemm_fast", "gemm_reference"]
@@ -198,58 +200,6 @@ _PORTABLE_ENV = "ANEFORGE_EMU_GEMM_PORTABLE"
 _FORCE_PORTABLE = os.environ.get(_PORTABLE_ENV, "") not in ("", "0")
 
 
-# ---- validation ---------------------------------------------------------------------
-
-
-def _check_operands(a, b) -> tuple[int, int, int, int]:
-    """Check dtypes and shapes; return (B, M, K, N)."""
-    for name, x, dims in (("a", a, "(B, M, K)"), ("b", b, "(B, K, N)")):
-        if not isinstance(x, np.ndarray):
-            raise ValueError(f"gemm: {name} must be a numpy.ndarray, got {type(x).__name__}")
-        if x.dtype != np.float16:
-            raise ValueError(f"gemm: {name} must have dtype float16 (native), got {x.dtype}")
-        if x.ndim != 3:
-            raise ValueError(f"gemm: {name} must have shape {dims}, got shape {x.shape}")
-    nb, m, k = a.shape
-    nb_b, k_b, n = b.shape
-    if nb != nb_b:
-        raise ValueError(f"gemm: batch sizes differ: a is {a.shape}, b is {b.shape}")
-    if k != k_b:
-        raise ValueError(
-            f"gemm: contraction sizes differ: a is {a.shape} (K={k}), "
-            f"b is {b.shape} (K={k_b}); need a (B, M, K) and b (B, K, N)"
-        )
-    return nb, m, k, n
-
-
-# ---- the oracle -----------------------------------------------------------------------
-
-
-def gemm_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Batched fp16 matmul under the emulator contract, in plain NumPy.
-
-    ``a`` is float16 (B, M, K), ``b`` float16 (B, K, N); returns float16 (B, M, N). Each
-    product is rounded to fp16, added in ascending k order into a float32 sum starting at
-    +0.0, and the sum is rounded to fp16. Raises ValueError on wrong dtypes or shapes.
-
-    Example:
-        >>> import numpy as np
-        >>> a = np.array([[[16000.0] + [1.0] * 8]], np.float16)
-        >>> b = np.ones((1, 9, 1), np.float16)
-        >>> float(gemm_reference(a, b)[0, 0, 0])  # the eight +1 survive in float32
-        16008.0
-    """
-    nb, m, k, n = _check_operands(a, b)
-    a32 = np.ascontiguousarray(a.transpose(0, 2, 1), dtype=np.float32)  # (B, K, M)
-    b32 = np.ascontiguousarray(b, dtype=np.float32)  # (B, K, N)
-    acc = np.zeros((nb, m, n), dtype=np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for kk in range(k):
-            exact = a32[:, kk, :, None] * b32[:, kk, None, :]  # exact in float32
-            acc += exact.astype(np.float16).astype(np.float32)  # fp16(), then fp32 add
-        return acc.astype(np.float16)
-
-
 # ---- code generation helpers ---------------------------------------------------------
 
 
@@ -275,6 +225,7 @@ def _is_array(ty, dtype, ndim):
 
 # Set by _define_kernels once numba has imported; _jit is the compiled _kernel_py.
 _h2f = _r16 = _f32_to_f16_bits = _micro_tile = _jit = _micro_tile_magic = _pack_jit = None
+_edge_tile = _edge_tile_magic = None
 _F32_ROWS = False  # the tile reads float32 rows of a (set by _choose_tile)
 _MAGIC = False  # products rounded by fp16_ir.magic_rounded_product (set by _choose_tile)
 _A_SCALE = np.float32(fp16_ir.MAGIC_SCALE)
@@ -363,6 +314,7 @@ def _define_kernels() -> None:
     the features numba's cache key holds, so a cached kernel always has this process's
     tile."""
     global _h2f, _r16, _f32_to_f16_bits, _micro_tile, _micro_tile_magic, _jit, _pack_jit
+    global _edge_tile, _edge_tile_magic
     global _VW, _NV, _NR, _MAGIC, _SUM_SCALE, _F32_ROWS
     _VW, _NV, _MAGIC, _F32_ROWS = _choose_tile(_codegen_features())
     _NR = _NV * _VW
@@ -409,9 +361,12 @@ def _define_kernels() -> None:
 
         return nbtypes.uint16(nbtypes.float32), codegen
 
-    def tile(magic, f32_rows):
+    def tile(magic, f32_rows, nv=None):
         """The micro-kernel, its products rounded by magic numbers or through fp16, its
-        ``a`` float32 rows (``f32_rows``, implied by ``magic``) or fp16 bits."""
+        ``a`` float32 rows (``f32_rows``, implied by ``magic``) or fp16 bits, over the
+        first ``nv`` vectors of a panel's columns (all _NV by default; 1 for a last
+        panel whose real columns fit one vector)."""
+        nv = _NV if nv is None else nv
         f32_rows = f32_rows or magic
 
         @intrinsic
@@ -470,7 +425,7 @@ def _define_kernels() -> None:
                 # accumulators live in allocas that LLVM promotes to registers
                 slots = {}
                 for r in range(_MR):
-                    for v in range(_NV):
+                    for v in range(nv):
                         slot = cgutils.alloca_once(builder, vf32)
                         builder.store(builder.load(c_address(r, v), align=4), slot)
                         slots[r, v] = slot
@@ -478,7 +433,7 @@ def _define_kernels() -> None:
                     k = loop.index
                     p_base = builder.mul(k, p_row)
                     b_ops = []
-                    for v in range(_NV):
+                    for v in range(nv):
                         off = builder.add(p_base, i64(v * _VW * 2))
                         ptr = fp16_ir.byte_address(builder, arr_p.data, off, vbits)
                         bits = builder.load(ptr, align=2)
@@ -495,7 +450,7 @@ def _define_kernels() -> None:
                         else:
                             off = builder.add(row, builder.mul(k, i64(2)))  # a[ia + r, k]
                             a_op = fp16_ir.operand(builder, broadcast(off, i16, vbits), native)
-                        for v in range(_NV):
+                        for v in range(nv):
                             if magic:
                                 prod = fp16_ir.magic_rounded_product(
                                     builder, a_op, a_scaled, b_ops[v]
@@ -516,6 +471,8 @@ def _define_kernels() -> None:
 
     _micro_tile = tile(False, _F32_ROWS)
     _micro_tile_magic = tile(True, True) if _MAGIC else _micro_tile
+    _edge_tile = tile(False, _F32_ROWS, 1)
+    _edge_tile_magic = tile(True, True, 1) if _MAGIC else _edge_tile
 
     try:
         _jit = numba.njit(parallel=True, nogil=True, cache=not _FORCE_PORTABLE)(_kernel_py)
@@ -567,13 +524,23 @@ def _kernel_py(a, panels, out, mc, pc, magic):
             k1 = min(kdim, k0 + _KC)
             for p in range(p0, p1):
                 pz = panels[z, p]
+                jc = (p - p0) * _NR
+                if n - p * _NR <= _VW:  # a last panel whose real columns fit one vector
+                    for i in range(i0, i1, _MR):
+                        if _MAGIC and magic:
+                            _edge_tile_magic(af, pz, acc, i - i0, i - i0, jc, k0, k1)
+                        elif _F32_ROWS:
+                            _edge_tile(af, pz, acc, i - i0, i - i0, jc, k0, k1)
+                        else:
+                            _edge_tile(az, pz, acc, i, i - i0, jc, k0, k1)
+                    continue
                 for i in range(i0, i1, _MR):
                     if _MAGIC and magic:
-                        _micro_tile_magic(af, pz, acc, i - i0, i - i0, (p - p0) * _NR, k0, k1)
+                        _micro_tile_magic(af, pz, acc, i - i0, i - i0, jc, k0, k1)
                     elif _F32_ROWS:
-                        _micro_tile(af, pz, acc, i - i0, i - i0, (p - p0) * _NR, k0, k1)
+                        _micro_tile(af, pz, acc, i - i0, i - i0, jc, k0, k1)
                     else:
-                        _micro_tile(az, pz, acc, i, i - i0, (p - p0) * _NR, k0, k1)
+                        _micro_tile(az, pz, acc, i, i - i0, jc, k0, k1)
         # round the real (unpadded) outputs to fp16 (magic sums scaled back: exact)
         j0 = p0 * _NR
         j1 = min(n, p1 * _NR)
