@@ -560,8 +560,12 @@ _state: dict = {"ready": False, "error": None}
 
 
 def _padded_work(m, n):
-    """Multiply-adds the kernel spends on an M x N output after padding to whole tiles."""
-    return -(-m // _MR) * _MR * (-(-n // _NR) * _NR)
+    """Multiply-adds the kernel spends on an M x N output: rows padded to whole tiles,
+    columns to whole panels, but a last panel whose real columns fit one vector only to
+    that vector (it runs the one-vector tile)."""
+    full, rest = divmod(n, _NR)
+    cols = full * _NR + (0 if rest == 0 else _VW if rest <= _VW else _NR)
+    return -(-m // _MR) * _MR * cols
 
 
 def _run_kernel(a, b, nb, m, k, n):
