@@ -217,7 +217,7 @@ def bench_minilm(batch=5):
     ref = m.encode_reference(MINILM_SENTENCES[:batch], seq_len="longest", batch_size=batch)
     cos = np.sum(emu * ref, 1) / np.linalg.norm(emu, axis=1) / np.linalg.norm(ref, axis=1)
     times = []
-    for _ in range(3):  # one sentence at the encoder's full 256 tokens: first call, then warm
+    for _ in range(3):  # one sentence at the encoder's full 256 tokens: first, compiling, warm
         t0 = time.perf_counter()
         m.encode(MINILM_SENTENCES[:1])
         times.append(time.perf_counter() - t0)
@@ -355,7 +355,8 @@ def main(argv=None) -> int:
         print(
             f"\nall-MiniLM-L6-v2: {len(mini['cosines'])} sentences emulated in "
             f"{mini['emu_s']:.2f} s (padded to the longest), one sentence at 256 tokens "
-            f"in {mini['full_256_s']:.2f} s (first call: its program is built and compiled), "
+            f"in {mini['full_256_s']:.2f} s (first call: its program is built and runs op "
+            "by op; the second compiles its regions), "
             f"{mini['warm_256_s']:.2f} s warm; cosine vs float64 reference: "
             + ", ".join(f"{c:.6f}" for c in mini["cosines"])
         )

@@ -169,20 +169,51 @@ def test_batch_norm_runs_compiled_by_its_scalar_form():
         assert _same(got, execute_fp16(prog, xs, regions=False)[0])
 
 
-def test_the_default_path_runs_big_regions_compiled_and_checks_them_once():
+def _counting_runs(monkeypatch) -> list:
+    runs = []
+    real = compiled.run_plan
+
+    def counted(plan, values):
+        runs.append(plan)
+        return real(plan, values)
+
+    monkeypatch.setattr(compiled, "run_plan", counted)
+    return runs
+
+
+def test_an_unchecked_plan_runs_op_by_op_once_then_compiled_and_checked(monkeypatch):
+    """Compiling costs seconds: a one-shot run of a plan this machine has not checked
+    compiles nothing; the second run compiles, checks and remembers the check."""
     rng = np.random.default_rng(11)
     x = af.input((1, 8, 96, 96), name="x")
     y = ((x * 0.5).relu() + 1.0).exp().sum(axis=-1)
     prog = af.compile(y, opt=0)
     xs = [_with_specials(x.shape, rng)]
+    want = execute_fp16(prog, xs, regions=False)[0]
+    monkeypatch.setattr(compiled, "_is_verified", lambda key: False)
+    runs = _counting_runs(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error", FastPathWarning)
-        got = execute_fp16(prog, xs)
-    plans = compiled._plans[prog][None]
-    (plan,) = plans.values()
-    assert plan is not None and plan.checked and plan.error is None
-    assert _same(got[0], execute_fp16(prog, xs, regions=False)[0])
+        first = execute_fp16(prog, xs)
+        (plan,) = compiled._plans[prog][None].values()
+        assert runs == [] and not plan.checked and plan.calls == 1
+        second = execute_fp16(prog, xs)
+    assert runs == [plan] and plan.checked and plan.error is None
+    assert _same(first[0], want) and _same(second[0], want)
+    monkeypatch.undo()
     assert all(compiled._is_verified(k) for k in plan.keys)
+
+
+def test_a_checked_plan_runs_compiled_from_its_first_call(monkeypatch):
+    rng = np.random.default_rng(12)
+    x = af.input((1, 8, 96, 96), name="x")
+    prog = af.compile(((x * 0.25).relu() + 2.0).exp().sum(axis=-1), opt=0)
+    xs = [_with_specials(x.shape, rng)]
+    monkeypatch.setattr(compiled, "_is_verified", lambda key: True)
+    runs = _counting_runs(monkeypatch)
+    got = execute_fp16(prog, xs)
+    assert len(runs) == 1 and runs[0].checked
+    assert _same(got[0], execute_fp16(prog, xs, regions=False)[0])
 
 
 def test_small_regions_and_observed_runs_go_node_by_node():
@@ -206,6 +237,7 @@ def test_a_failing_plan_warns_once_and_falls_back_to_the_same_bits(monkeypatch):
     monkeypatch.setattr(compiled, "run_plan", broken)
     monkeypatch.setattr(compiled, "_is_verified", lambda key: False)
     monkeypatch.setattr(compiled.__dict__["_gemm"], "_warned", set())
+    execute_fp16(prog, xs)  # op by op: the plan's first call compiles nothing
     with pytest.warns(FastPathWarning, match="disagrees with the op-by-op emulator"):
         got = execute_fp16(prog, xs)
     assert _same(got[0], execute_fp16(prog, xs, regions=False)[0])

@@ -21,10 +21,14 @@ compiled with numba's on-disk cache, so a later process loads it instead of comp
 Regions of one structure share kernels whatever their sizes. A region smaller than
 :data:`MIN_WORK` output elements runs op by op (compiling would cost more than it saves).
 
-The first run of each plan in a process is checked against the op-by-op emulator on
-its actual inputs. A plan that fails to build, to compile or that check runs op by op
-from then on, and a :class:`~aneforge.errors.FastPathWarning` says why once per
-process. ``ANEFORGE_COMPILED_REGIONS=0`` turns the compiled regions off.
+Compiling costs seconds, so a plan is compiled only when it is used twice: a plan whose
+kernels this machine has not yet checked runs op by op on its first call (a one-shot
+run, such as ``aneforge check``, compiles nothing), and from its second call runs
+compiled. That first compiled run is checked against the op-by-op emulator on its
+actual inputs, and a passed check is remembered on disk, so later processes run
+compiled from their first call. A plan that fails to build, to compile or that check
+runs op by op from then on, and a :class:`~aneforge.errors.FastPathWarning` says why
+once per process. ``ANEFORGE_COMPILED_REGIONS=0`` turns the compiled regions off.
 
 Example:
     >>> import numpy as np, aneforge as af
@@ -263,12 +267,14 @@ class RegionPlan:
     :class:`~aneforge.kernel.ir.Opaque` statement or a generated kernel with its
     compiled dispatcher. ``checked`` is true once every kernel has matched the
     op-by-op emulator on its first use (in this process, or earlier on this machine);
-    ``error`` holds why the plan runs op by op instead."""
+    ``error`` holds why the plan runs op by op instead. An unchecked plan runs op by op
+    on its first call (``calls``) and compiles on its second."""
 
     lowered: Lowered
     steps: list = field(default_factory=list)
     checked: bool = False
     error: object = None
+    calls: int = 0  # runs of the region so far (an unchecked plan compiles on its second)
 
     @property
     def keys(self) -> list[str]:
@@ -398,6 +404,10 @@ def execute_regions(program, inputs, node_kernel, chip=None) -> list | None:
     keep = {id(t) for t in program.outputs}
     for i, region in enumerate(program.regions):
         plan = plans.get(region.index) if region.kind == "fused" else None
+        if plan is not None:
+            plan.calls += 1
+            if not plan.checked and plan.calls == 1:
+                plan = None  # used once so far: compiling would cost more than it saves
         if plan is not None and plan.error is None:
             try:
                 got = run_plan(plan, env)
