@@ -339,3 +339,16 @@ def test_a_row_sum_counts_its_inner_loop_as_work_and_runs_rows_in_parallel():
     xs = [_with_specials((128, 1024), np.random.default_rng(5), scale=1.0)]
     (got,) = compiled.run_plan(plan, _env(prog, xs)).values()
     assert _same(got, execute_fp16(prog, xs, regions=False)[0])
+
+
+def test_the_emulators_measure_times_the_compiled_path(monkeypatch):
+    """Two untimed runs (op by op, then compile and check), so every timed run is
+    compiled."""
+    x = af.input((1, 8, 96, 96), name="x")
+    prog = af.compile(((x * 0.75).relu() + 3.0).exp().sum(axis=-1), opt=0)
+    xs = [_with_specials(x.shape, np.random.default_rng(13))]
+    monkeypatch.setattr(compiled, "_is_verified", lambda key: False)
+    runs = _counting_runs(monkeypatch)
+    assert af.EmulatorDevice().measure(prog, xs, repeat=1) > 0
+    (plan,) = compiled._plans[prog][None].values()
+    assert len(runs) == 2 and plan.checked and plan.calls == 3
