@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import aneforge.emulator.gemm as gemm_module
+from aneforge.emulator import windows
 from aneforge.emulator.gemm import gemm, gemm_fast, gemm_reference
 from conftest import PORTABLE_ENVS, PORTABLE_IDS, assert_same_bits, run_python_with_env
 
@@ -486,8 +487,6 @@ def _patches(xp, kernel, stride, dil, groups):
     ],
 )
 def test_gathered_windows_give_the_patch_matrix_bits(shape, kernel, stride, dil, groups, cout):
-    from aneforge.emulator import windows
-
     rng = np.random.default_rng(sum(shape))
     xp = (rng.standard_normal(shape) * 3).astype(np.float16)
     k = shape[1] // groups * kernel[0] * kernel[1]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import aneforge as af
+import aneforge.emulator.gemm as gemm_module
 import aneforge.emulator.panels as panels_module
 from aneforge.emulator.gemm import gemm, gemm_reference
 from aneforge.emulator.operand_memo import OperandMemo, budget_bytes
@@ -132,8 +133,6 @@ def test_a_weight_cannot_be_made_writeable():
 
 
 def test_a_weights_magnitude_scan_is_remembered_with_the_same_answer():
-    import aneforge.emulator.gemm as gemm_module
-
     rng = np.random.default_rng(5)
     w = af.weight(rng.standard_normal((64, 32)) * 100).value
     view = w.T[None].view(np.uint16)
