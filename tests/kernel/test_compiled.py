@@ -191,6 +191,7 @@ def test_an_unchecked_plan_runs_op_by_op_once_then_compiled_and_checked(monkeypa
     xs = [_with_specials(x.shape, rng)]
     want = execute_fp16(prog, xs, regions=False)[0]
     monkeypatch.setattr(compiled, "_is_verified", lambda key: False)
+    monkeypatch.setattr(compiled, "_used_keys", set())
     runs = _counting_runs(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error", FastPathWarning)
@@ -236,6 +237,7 @@ def test_a_failing_plan_warns_once_and_falls_back_to_the_same_bits(monkeypatch):
     real = compiled.run_plan
     monkeypatch.setattr(compiled, "run_plan", broken)
     monkeypatch.setattr(compiled, "_is_verified", lambda key: False)
+    monkeypatch.setattr(compiled, "_used_keys", set())
     monkeypatch.setattr(compiled.__dict__["_gemm"], "_warned", set())
     execute_fp16(prog, xs)  # op by op: the plan's first call compiles nothing
     with pytest.warns(FastPathWarning, match="disagrees with the op-by-op emulator"):
@@ -348,7 +350,24 @@ def test_the_emulators_measure_times_the_compiled_path(monkeypatch):
     prog = af.compile(((x * 0.75).relu() + 3.0).exp().sum(axis=-1), opt=0)
     xs = [_with_specials(x.shape, np.random.default_rng(13))]
     monkeypatch.setattr(compiled, "_is_verified", lambda key: False)
+    monkeypatch.setattr(compiled, "_used_keys", set())
     runs = _counting_runs(monkeypatch)
     assert af.EmulatorDevice().measure(prog, xs, repeat=1) > 0
     (plan,) = compiled._plans[prog][None].values()
     assert len(runs) == 2 and plan.checked and plan.calls == 3
+
+
+def test_a_plan_of_a_structure_already_used_compiles_on_its_first_call(monkeypatch):
+    """Kernels are shared by structure: a program for another batch size, whose kernels
+    an earlier program ran op by op once, compiles at once."""
+    monkeypatch.setattr(compiled, "_is_verified", lambda key: False)
+    monkeypatch.setattr(compiled, "_used_keys", set())
+    runs = _counting_runs(monkeypatch)
+    outs = []
+    for rows in (96, 112):
+        x = af.input((1, 8, rows, 96), name="x")
+        prog = af.compile(((x * 0.5).relu() + 1.5).exp().sum(axis=-1), opt=0)
+        xs = [_with_specials(x.shape, np.random.default_rng(rows))]
+        outs.append((execute_fp16(prog, xs)[0], execute_fp16(prog, xs, regions=False)[0]))
+    assert len(runs) == 1 and runs[0].checked  # the second program's first call
+    assert all(_same(got, want) for got, want in outs)

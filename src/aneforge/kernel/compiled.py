@@ -21,12 +21,14 @@ compiled with numba's on-disk cache, so a later process loads it instead of comp
 Regions of one structure share kernels whatever their sizes. A region smaller than
 :data:`MIN_WORK` output elements runs op by op (compiling would cost more than it saves).
 
-Compiling costs seconds, so a plan is compiled only when it is used twice: a plan whose
-kernels this machine has not yet checked runs op by op on its first call (a one-shot
-run, such as ``aneforge check``, compiles nothing), and from its second call runs
-compiled. That first compiled run is checked against the op-by-op emulator on its
-actual inputs, and a passed check is remembered on disk, so later processes run
-compiled from their first call. A plan that fails to build, to compile or that check
+Compiling costs seconds, so kernels are compiled only when they are used twice: a plan
+whose kernels this machine has not yet checked, and that no plan of this process has
+used, runs op by op on its first call (a one-shot run, such as ``aneforge check``,
+compiles nothing); its second call, or the first call of another plan of the same
+structure (a program for another batch size), compiles and runs compiled. That first
+compiled run is checked against the op-by-op emulator on its actual inputs, and a
+passed check is remembered on disk, so later processes run compiled from their first
+call. A plan that fails to build, to compile or that check
 runs op by op from then on, and a :class:`~aneforge.errors.FastPathWarning` says why
 once per process. ``ANEFORGE_COMPILED_REGIONS=0`` turns the compiled regions off.
 
@@ -267,8 +269,9 @@ class RegionPlan:
     :class:`~aneforge.kernel.ir.Opaque` statement or a generated kernel with its
     compiled dispatcher. ``checked`` is true once every kernel has matched the
     op-by-op emulator on its first use (in this process, or earlier on this machine);
-    ``error`` holds why the plan runs op by op instead. An unchecked plan runs op by op
-    on its first call (``calls``) and compiles on its second."""
+    ``error`` holds why the plan runs op by op instead. An unchecked plan whose kernels
+    no plan has used yet runs op by op on its first call (``calls``) and compiles on
+    its second."""
 
     lowered: Lowered
     steps: list = field(default_factory=list)
@@ -406,7 +409,7 @@ def execute_regions(program, inputs, node_kernel, chip=None) -> list | None:
         plan = plans.get(region.index) if region.kind == "fused" else None
         if plan is not None:
             plan.calls += 1
-            if not plan.checked and plan.calls == 1:
+            if _first_use(plan):
                 plan = None  # used once so far: compiling would cost more than it saves
         if plan is not None and plan.error is None:
             try:
@@ -428,6 +431,22 @@ def execute_regions(program, inputs, node_kernel, chip=None) -> list | None:
             if dead not in keep:
                 env.pop(dead, None)
     return [env[id(t)] for t in program.outputs]
+
+
+_used_keys: set[str] = set()  # kernels of plans that ran op by op once in this process
+
+
+def _first_use(plan: RegionPlan) -> bool:
+    """Whether this call of ``plan`` runs op by op instead of compiling: the plan's first
+    call, its kernels unchecked on this machine and none of them used before in this
+    process (by this plan or another of the same structure, a batch of another length)."""
+    if plan.checked or plan.calls > 1:
+        return False
+    keys = set(plan.keys)
+    with _plans_lock:
+        fresh = not keys & _used_keys
+        _used_keys.update(keys)
+    return fresh
 
 
 def _last_reads(program) -> dict[int, list[int]]:
