@@ -43,37 +43,50 @@ def _pack_windows_py(xp, panels, geo):
     patch reads, and zeros past the last position: what packing
     ``patches[z][k, q]`` gives. ``geo`` holds ``(kh, kw, sh, sw, dh, dw, groups, ho,
     wo)``.
+
+    Both arrays are read as flat C-order buffers with unsigned indices: a panel's
+    columns are one offset table, each row one base added to it (no division per
+    row), and a panel whose columns read adjacent cells (a 1x1 convolution, a
+    panel inside one output row) is copied as one run that vectorizes.
     """
     nz, npan, kdim, nr = panels.shape
     kh, kw, sh, sw, dh, dw, groups, ho, wo = (
         geo[0], geo[1], geo[2], geo[3], geo[4], geo[5], geo[6], geo[7], geo[8]
     )  # fmt: skip
-    cg = xp.shape[1] // groups
-    taps = kh * kw
+    n_img, nc, hp, wp = xp.shape
+    plane = hp * wp
+    src = xp.reshape(n_img * nc * plane)
+    dst = panels.reshape(nz * npan * kdim * nr)
+    cg = nc // groups
     positions = ho * wo
     for task in numba.prange(nz * npan):
         z = task // npan
         p = task - z * npan
         img = z // groups
         g = z - img * groups
-        rows = np.empty(nr, np.int64)
-        cols = np.empty(nr, np.int64)
+        offsets = np.empty(nr, np.uintp)  # column j's cell, from the patch row's base
         width = min(nr, positions - p * nr)
         for j in range(width):
             q = p * nr + j
-            rows[j] = (q // wo) * sh
-            cols[j] = (q - (q // wo) * wo) * sw
-        for k in range(kdim):
-            c = g * cg + k // taps
-            r = k - (k // taps) * taps
-            di = (r // kw) * dh
-            dj = (r - (r // kw) * kw) * dw
-            plane = xp[img, c]
-            dst = panels[z, p, k]
-            for j in range(width):
-                dst[j] = plane[np.uintp(rows[j] + di), np.uintp(cols[j] + dj)]
-            for j in range(width, nr):
-                dst[j] = 0
+            row = q // wo
+            offsets[j] = row * sh * wp + (q - row * wo) * sw
+        # offsets rise by at least 1 a column, so a span of nr - 1 means all steps are 1
+        run = width == nr and offsets[nr - 1] - offsets[0] == nr - 1
+        out = np.uintp(task * kdim * nr)
+        for c in range(g * cg, g * cg + cg):
+            for i in range(kh):
+                for t in range(kw):
+                    base = np.uintp((img * nc + c) * plane + i * dh * wp + t * dw)
+                    if run:
+                        first = base + offsets[0]
+                        for j in range(nr):
+                            dst[out + np.uintp(j)] = src[first + np.uintp(j)]
+                    else:
+                        for j in range(width):
+                            dst[out + np.uintp(j)] = src[base + offsets[j]]
+                        for j in range(width, nr):
+                            dst[out + np.uintp(j)] = 0
+                    out += np.uintp(nr)
 
 
 _windows_state: dict = {"ok": None, "error": None}
