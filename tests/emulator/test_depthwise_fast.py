@@ -32,12 +32,12 @@ def test_random_depthwise_convolutions_give_the_reference_bits(seed):
     rng = np.random.default_rng(seed)
     n, c = int(rng.integers(1, 3)), int(rng.integers(2, 6))
     kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
-    h, w = int(rng.integers(kh + 2, 14)), int(rng.integers(kw + 2, 14))
+    h, w = int(rng.integers(3 * kh, 14)), int(rng.integers(3 * kw, 14))
     attrs = _attrs(
         c,
         (int(rng.integers(1, 3)), int(rng.integers(1, 3))),
-        (int(rng.integers(1, 3)), 1),
-        tuple(int(p) for p in rng.integers(0, 2, 4)),
+        (int(rng.integers(1, 3)), int(rng.integers(1, 4))),  # odd and even column phases
+        tuple(int(p) for p in rng.integers(0, 4, 4)),  # pads wider than the stride
     )
     scale = 2.0 ** int(rng.integers(-8, 9))
     x = (rng.standard_normal((n, c, h, w)) * scale).astype(np.float16)
@@ -48,6 +48,18 @@ def test_random_depthwise_convolutions_give_the_reference_bits(seed):
     got = dw_fast(inputs, attrs)
     assert got is not None
     assert_same_bits(got, _conv_emulate(inputs, attrs, REFERENCE))
+
+
+@pytest.mark.parametrize("stride", [(1, 1), (1, 2), (2, 1), (3, 3)])
+def test_large_planes_run_in_row_blocks_with_the_reference_bits(stride):
+    """A 45 x 150 plane: a stride-1 tap's run covers a block of output rows on the
+    plane's pitch (several blocks here), a strided one a single row."""
+    rng = np.random.default_rng(sum(stride))
+    x = (rng.standard_normal((1, 2, 45, 150)) * 8).astype(np.float16)
+    wt = (rng.standard_normal((2, 1, 3, 5)) * 4).astype(np.float16)
+    inputs = [x, wt, rng.standard_normal(2).astype(np.float16)]
+    attrs = _attrs(2, stride, (1, 2), (1, 2, 3, 0))
+    assert_same_bits(dw_fast(inputs, attrs), _conv_emulate(inputs, attrs, REFERENCE))
 
 
 def test_it_declines_what_is_not_a_depthwise_convolution():

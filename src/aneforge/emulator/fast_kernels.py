@@ -56,6 +56,7 @@ __all__ = [
 
 _FORCE_PORTABLE = os.environ.get(_gemm._PORTABLE_ENV, "") not in ("", "0")
 _SERIAL_ELEMENTS = 1 << 16  # below this, waking the thread pool costs more than it saves
+_DW_BLOCK = 2048  # sums a depthwise tap's run covers: 8 KiB of float32, in L1 with its plane
 _load_lock = threading.Lock()
 
 
@@ -102,40 +103,77 @@ def _define_kernels() -> None:
         _bias_jit = numba.njit(parallel=True, nogil=True)(_bias_kernel_py)
 
 
-def _dw_kernel_py(xp, w, bias, geo, out):
+def _dw_kernel_py(x, w, bias, geo, out):
     """Depthwise convolution under the matmul contract, one image channel per task.
 
-    ``xp`` is the zero-padded (N, C, Hp, Wp) input as uint16 fp16 bits, ``w`` the
-    (C, kh, kw) taps and ``bias`` (C,) as float32 holding fp16 values (``geo[4]``: 1
-    when there is a bias), ``geo`` the strides and dilations ``(sh, sw, dh, dw, bias)``,
-    ``out`` (N, C, Ho, Wo) uint16. Each output's float32 sum takes its taps in (kh, kw)
-    order, padding zeros included, each product rounded to fp16, as the GEMM does; the
-    inner loop runs along an output row, so LLVM vectorizes it.
+    ``x`` is the (N, C, H, W) input as uint16 fp16 bits, ``w`` the (C, kh, kw) taps and
+    ``bias`` (C,) as float32 holding fp16 values, ``geo`` ``(sh, sw, dh, dw, bias, top,
+    left, Hp, Wp, chunks)``: strides, dilations, 1 when there is a bias, the zero padding
+    before the rows and columns, the padded size and the number of tasks (each a run of
+    image channels); ``out`` (N, C, Ho, Wo) uint16. Each
+    output's float32 sum takes its taps in (kh, kw) order, padding zeros included, each
+    product rounded to fp16, as the GEMM does.
+
+    A task first decodes its channel's padded plane to float32, its columns split into
+    ``sw`` phases (phase ph holds columns ph, ph + sw, ...), so every tap reads adjacent
+    cells: output (ho, j) takes tap (i, t) from phase (t * dw) % sw, row ho * sh + i * dh,
+    cell j + (t * dw) // sw. With ``sh`` = 1 a tap is then one long run over a block of
+    output rows laid out on the plane's row pitch (the few cells between output rows are
+    summed too, then dropped), else one run along an output row; the runs vectorize.
     """
     n, c, ho_n, wo_n = out.shape
+    h, wd = x.shape[2], x.shape[3]
     kh, kw = w.shape[1], w.shape[2]
     sh, sw, dh, dw, has_bias = geo[0], geo[1], geo[2], geo[3], geo[4]
-    for task in numba.prange(n * c):
-        z = task // c
-        ch = task - z * c
-        acc = np.empty(wo_n, np.float32)
-        for ho in range(ho_n):
-            for j in range(wo_n):
-                acc[j] = np.float32(0.0)
-            for i in range(kh):
-                row = xp[z, ch, ho * sh + i * dh]
-                for t in range(kw):
-                    wv = w[ch, i, t]
-                    off = t * dw
-                    for j in range(wo_n):  # an unsigned index: no wraparound, so it vectorizes
-                        acc[j] = acc[j] + _r16(_h2f(row[np.uintp(j * sw + off)]) * wv)
-            dst = out[z, ch, ho]
-            bc = bias[ch]
-            for j in range(wo_n):
-                y = _r16(acc[j])
-                if has_bias:
-                    y = _r16(y + bc)
-                dst[j] = _f32_to_f16_bits(y)
+    top, left, hp, wp = geo[5], geo[6], geo[7], geo[8]
+    pitch = (wp + sw - 1) // sw  # cells per row of one phase
+    block = max(1, _DW_BLOCK // pitch) if sh == 1 else 1  # output rows a run covers
+    chunks = geo[9]  # a task takes a chunk of channels, so its buffers are allocated once
+    for chunk in numba.prange(chunks):
+        plane = np.zeros(sw * hp * pitch, np.float32)  # the padding cells stay +0.0
+        line = np.empty(wd, np.float32)
+        acc = np.empty(block * pitch, np.float32)
+        for task in range(chunk * (n * c) // chunks, (chunk + 1) * (n * c) // chunks):
+            z = task // c
+            ch = task - z * c
+            src = x[z, ch]
+            # unsigned indices throughout: no wraparound checks, so the runs vectorize
+            for r in range(max(0, top), min(hp, top + h)):
+                row = src[r - top]
+                for u in range(wd):  # decoded in one contiguous pass
+                    line[np.uintp(u)] = _h2f(row[np.uintp(u)])
+                for ph in range(sw):
+                    # the phase's cells that fall inside the input: s in [s0, s1)
+                    s0 = 0 if ph >= left else (left - ph + sw - 1) // sw
+                    s1 = min(pitch, (wd - 1 + left - ph) // sw + 1) if wd - 1 + left >= ph else 0
+                    u0 = np.uintp(s0 * sw + ph - left)  # the input column of cell s0
+                    at = np.uintp((ph * hp + r) * pitch + s0)
+                    for k in range(s1 - s0):
+                        plane[at + np.uintp(k)] = line[u0 + np.uintp(k * sw)]
+            for r0 in range(0, ho_n, block):
+                rows = min(block, ho_n - r0)
+                span = (rows - 1) * pitch + wo_n
+                for f in range(span):
+                    acc[np.uintp(f)] = np.float32(0.0)
+                for i in range(kh):
+                    for t in range(kw):
+                        wv = w[ch, i, t]
+                        ph = (t * dw) % sw
+                        base = np.uintp((ph * hp + r0 * sh + i * dh) * pitch + (t * dw) // sw)
+                        for f in range(span):
+                            g = np.uintp(f)
+                            acc[g] = acc[g] + _r16(plane[base + g] * wv)
+                for r in range(rows):
+                    dst = out[z, ch, r0 + r]
+                    at = np.uintp(r * pitch)
+                    if has_bias:
+                        bc = bias[ch]
+                        for j in range(wo_n):
+                            y = _r16(acc[at + np.uintp(j)]) + bc
+                            dst[np.uintp(j)] = _f32_to_f16_bits(y)
+                    else:
+                        for j in range(wo_n):
+                            dst[np.uintp(j)] = _f32_to_f16_bits(acc[at + np.uintp(j)])
 
 
 def _bias_kernel_py(y, b, out, along_rows):
@@ -326,19 +364,19 @@ def _run_depthwise(inputs, attrs):
         return None
     nd, stride, pad, dil, kern, _ = _conv_geometry("conv", [a.shape for a in inputs], attrs)
     (top, bottom), (left, right) = pad
-    h, w_ = x.shape[2], x.shape[3]
-    xp = np.zeros((x.shape[0], c, h + top + bottom, w_ + left + right), np.uint16)
-    xp[:, :, top : top + h, left : left + w_] = x.view(np.uint16)  # +0.0 around it
-    ho = (xp.shape[2] - (kern[0] - 1) * dil[0] - 1) // stride[0] + 1
-    wo = (xp.shape[3] - (kern[1] - 1) * dil[1] - 1) // stride[1] + 1
+    hp, wp = x.shape[2] + top + bottom, x.shape[3] + left + right
+    ho = (hp - (kern[0] - 1) * dil[0] - 1) // stride[0] + 1
+    wo = (wp - (kern[1] - 1) * dil[1] - 1) // stride[1] + 1
     if ho < 1 or wo < 1 or x.size == 0:
         return None
     has_bias = len(inputs) == 3
     bias = inputs[2].astype(np.float32) if has_bias else np.zeros(c, np.float32)
-    geo = np.array([stride[0], stride[1], dil[0], dil[1], int(has_bias)], np.int64)
+    chunks = min(x.shape[0] * c, 8 * _gemm.numba.get_num_threads())
+    geo = np.array([*stride, *dil, int(has_bias), top, left, hp, wp, chunks], np.int64)
     out = np.empty((x.shape[0], c, ho, wo), np.uint16)
     taps = np.ascontiguousarray(w.reshape(c, *kern).astype(np.float32))
-    _gemm.parallel_launch(_dw_jit, xp, taps, bias, geo, out)
+    x16 = np.ascontiguousarray(x).view(np.uint16)
+    _gemm.parallel_launch(_dw_jit, x16, taps, bias, geo, out)
     return out.view(np.float16)
 
 
