@@ -340,6 +340,17 @@ def _im2col(x, kern, stride, dil, groups):
     return win.reshape(groups, n * ho * wo, cg * kh * kw), (n, ho, wo)
 
 
+def _zero_padded(x, pad):
+    """NCHW ``x`` with ``pad`` ((top, bottom), (left, right)) zeros around each plane:
+    ``np.pad``'s result without its generic machinery, which costs a convolution tens of
+    microseconds a call."""
+    (top, bottom), (left, right) = pad
+    n, c, h, w = x.shape
+    out = np.zeros((n, c, h + top + bottom, w + left + right), x.dtype)
+    out[:, :, top : top + h, left : left + w] = x
+    return out
+
+
 def _conv2d(x, w, stride, pad, dil, groups, matmul, windows=None):
     """Grouped 2-D convolution of NCHW ``x`` by ``w`` through ``matmul(a3, b3)``.
 
@@ -347,7 +358,7 @@ def _conv2d(x, w, stride, pad, dil, groups, matmul, windows=None):
     (c, kh, kw) order: the output comes out in NCHW order (no transpose), and a 1 x 1,
     stride-1, unpadded convolution reads ``x`` itself as its patches (no copy)."""
     if any(p != (0, 0) for p in pad):
-        x = np.pad(x, ((0, 0), (0, 0)) + tuple(pad))
+        x = _zero_padded(x, pad)
     n, c, cout = x.shape[0], x.shape[1], w.shape[0]
     kh, kw = w.shape[2:]
     span = ((kh - 1) * dil[0] + 1, (kw - 1) * dil[1] + 1)
