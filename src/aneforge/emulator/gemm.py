@@ -21,7 +21,10 @@ Three entry points share that contract bit for bit:
   whole tiles and walks k in ascending order (k-blocks only split the walk, the float32
   sums are carried across them), so threading changes nothing. A narrow problem may run
   transposed, C^T = B^T A^T, which has the same products (IEEE multiplication commutes)
-  added in the same order.
+  added in the same order. Where ``a`` holds no inf or NaN, a panel row of b that is all
+  zeros (a ReLU's output, often) is left out: its products are zeros, and a float32 sum
+  that starts at +0.0 never becomes -0.0 in round-to-nearest, so adding a zero leaves it
+  unchanged. The tile itself is :mod:`aneforge.emulator.micro_tile`.
 - :func:`gemm`: ``gemm_fast`` when numba works here, else ``gemm_reference``.
 
 How the product rounding is generated depends on the target numba compiles for:
@@ -74,6 +77,7 @@ from . import fp16_ir
 from . import panels as panels_mod
 from .gemm_oracle import check_operands as _check_operands
 from .gemm_oracle import gemm_reference
+from .micro_tile import make_tile
 from .operand_memo import MEMO
 
 __all__ = ["FAST_PATH_AVAILABLE", "FastPathWarning", "gemm", "gemm_fast", "gemm_reference"]
@@ -82,7 +86,7 @@ __all__ = ["FAST_PATH_AVAILABLE", "FastPathWarning", "gemm", "gemm_fast", "gemm_
 # the first call that needs a kernel (importing it costs a third of a second, which
 # `import aneforge` and `aneforge --help` need not pay). fast_kernels takes it from this
 # module, so the two can never disagree about whether it loaded.
-numba = llir = cgutils = nbtypes = intrinsic = None
+numba = llir = nbtypes = intrinsic = None
 _numba_lock = threading.Lock()
 _numba_tried = False  # load_numba() has run its one import attempt
 
@@ -123,7 +127,7 @@ def load_numba():
         >>> load_numba() is None or NUMBA_IMPORT_ERROR is None
         True
     """
-    global numba, llir, cgutils, nbtypes, intrinsic, _numba_tried
+    global numba, llir, nbtypes, intrinsic, _numba_tried
     global NUMBA_IMPORT_ERROR, FAST_PATH_AVAILABLE
     with _numba_lock:
         if not _numba_tried:
@@ -132,14 +136,13 @@ def load_numba():
                 try:
                     import numba as nb
                     from llvmlite import ir
-                    from numba.core import cgutils as cg
                     from numba.core import types
                     from numba.extending import intrinsic as intr
                 except Exception as exc:  # optional: without it the reference serves
                     NUMBA_IMPORT_ERROR = _first_line(exc)
                     FAST_PATH_AVAILABLE = False
                 else:
-                    numba, llir, cgutils, nbtypes, intrinsic = nb, ir, cg, types, intr
+                    numba, llir, nbtypes, intrinsic = nb, ir, types, intr
                     _define_kernels()
     return numba if NUMBA_IMPORT_ERROR is None else None
 
@@ -217,25 +220,23 @@ def _native_half(context) -> bool:
     return arch in ("aarch64", "arm64")
 
 
-def _is_array(ty, dtype, ndim):
-    return isinstance(ty, nbtypes.Array) and ty.dtype == dtype and ty.ndim == ndim
-
-
 # ---- numba intrinsics and kernels -----------------------------------------------------
 
 # Set by _define_kernels once numba has imported; _jit is the compiled _kernel_py.
 _h2f = _r16 = _f32_to_f16_bits = _micro_tile = _jit = _micro_tile_magic = _pack_jit = None
-_edge_tile = _edge_tile_magic = None
+_edge_tile = _edge_tile_magic = _micro_list = _micro_list_magic = None
+_edge_list = _edge_list_magic = None  # the tiles that take a list of k's
 _F32_ROWS = False  # the tile reads float32 rows of a (set by _choose_tile)
 _MAGIC = False  # products rounded by fp16_ir.magic_rounded_product (set by _choose_tile)
 _A_SCALE = np.float32(fp16_ir.MAGIC_SCALE)
 _SUM_SCALE = np.float32(1.0)  # what the tile's sums are multiplied by before rounding
 
 
-def _kernel(a, panels, out, magic=False):
+def _kernel(a, panels, out, magic=False, skip_zeros=False):
     """Run the compiled kernel (:func:`_kernel_py`) on tasks of :func:`_task_shape`;
     load_numba() must have succeeded."""
-    _jit(a, panels, out, *_task_shape(a.shape[0], a.shape[1], panels.shape[1]), magic)
+    tasks = _task_shape(a.shape[0], a.shape[1], panels.shape[1])
+    _jit(a, panels, out, *tasks, magic, skip_zeros)
 
 
 def _task_shape(nb, mp, npan) -> tuple[int, int]:
@@ -314,7 +315,8 @@ def _define_kernels() -> None:
     the features numba's cache key holds, so a cached kernel always has this process's
     tile."""
     global _h2f, _r16, _f32_to_f16_bits, _micro_tile, _micro_tile_magic, _jit, _pack_jit
-    global _edge_tile, _edge_tile_magic
+    global _edge_tile, _edge_tile_magic, _micro_list, _micro_list_magic, _edge_list
+    global _edge_list_magic
     global _VW, _NV, _NR, _MAGIC, _SUM_SCALE, _F32_ROWS
     _VW, _NV, _MAGIC, _F32_ROWS = _choose_tile(_codegen_features())
     _NR = _NV * _VW
@@ -361,118 +363,22 @@ def _define_kernels() -> None:
 
         return nbtypes.uint16(nbtypes.float32), codegen
 
-    def tile(magic, f32_rows, nv=None):
-        """The micro-kernel, its products rounded by magic numbers or through fp16, its
-        ``a`` float32 rows (``f32_rows``, implied by ``magic``) or fp16 bits, over the
-        first ``nv`` vectors of a panel's columns (all _NV by default; 1 for a last
-        panel whose real columns fit one vector)."""
-        nv = _NV if nv is None else nv
-        f32_rows = f32_rows or magic
-
-        @intrinsic
-        def micro_tile(typingctx, a, panel, c, ia, ic, jc, k0, k1):
-            """c[ic:ic+_MR, jc:jc+_NR] += a[ia:ia+_MR, k] * panel[k, :] for k in [k0, k1).
-
-            ``a`` is the (M, K) uint16 matrix, ``panel`` the packed (K, _NR) uint16 columns of
-            b for this tile, ``c`` a float32 accumulator; all with unit inner stride. The tile
-            is loaded into registers, each k (ascending) adds its _MR x _NR rounded products
-            lane-wise, and the tile is stored back. No bounds checks: whole tiles only. With
-            ``magic``, ``a`` is a (2, M, K) float32 array, the values and ``MAGIC_SCALE``
-            times them (two broadcast loads, no conversion), and the sums are
-            ``MAGIC_SCALE`` times the products' (none may overflow).
-            """
-            a_ok = _is_array(a, nbtypes.float32, 3) if f32_rows else _is_array(a, nbtypes.uint16, 2)
-            if not (
-                a_ok and _is_array(panel, nbtypes.uint16, 2) and _is_array(c, nbtypes.float32, 2)
-            ):
-                return None
-            intp = nbtypes.intp
-            sig = nbtypes.void(a, panel, c, intp, intp, intp, intp, intp)
-
-            def codegen(context, builder, signature, args):
-                native = _native_half(context)
-                fp16_ir.allow_wide_vectors(builder)
-                arr_a = context.make_array(signature.args[0])(context, builder, args[0])
-                arr_p = context.make_array(signature.args[1])(context, builder, args[1])
-                arr_c = context.make_array(signature.args[2])(context, builder, args[2])
-                a_strides = cgutils.unpack_tuple(builder, arr_a.strides, 3 if f32_rows else 2)
-                a_plane, a_row = (a_strides[0], a_strides[1]) if f32_rows else (None, a_strides[0])
-                p_row = cgutils.unpack_tuple(builder, arr_p.strides, 2)[0]
-                c_row = cgutils.unpack_tuple(builder, arr_c.strides, 2)[0]
-                t_ia, t_ic, t_jc, t_k0, t_k1 = args[3:]
-                i64 = a_row.type
-                i16, f32 = llir.IntType(16), llir.FloatType()
-                vbits = llir.VectorType(i16, _VW)
-                vf32 = llir.VectorType(f32, _VW)
-                lane0 = llir.Constant(llir.IntType(32), 0)
-                zeros_mask = llir.Constant(llir.VectorType(llir.IntType(32), _VW), [0] * _VW)
-
-                def c_address(r, v):
-                    row = builder.mul(builder.add(t_ic, i64(r)), c_row)
-                    col = builder.mul(builder.add(t_jc, i64(v * _VW)), i64(4))
-                    return fp16_ir.byte_address(builder, arr_c.data, builder.add(row, col), vf32)
-
-                def broadcast(offset, scalar, vector):  # a[...] at a byte offset, in all lanes
-                    ptr = fp16_ir.byte_address(builder, arr_a.data, offset, scalar)
-                    undef = llir.Constant(vector, None)
-                    lane = builder.insert_element(undef, builder.load(ptr), lane0)
-                    return builder.shuffle_vector(lane, undef, zeros_mask)
-
-                def as_f32(bits):  # exact float32 of fp16 bits
-                    op = fp16_ir.operand(builder, bits, native)
-                    return builder.fpext(op, vf32) if native else op
-
-                # accumulators live in allocas that LLVM promotes to registers
-                slots = {}
-                for r in range(_MR):
-                    for v in range(nv):
-                        slot = cgutils.alloca_once(builder, vf32)
-                        builder.store(builder.load(c_address(r, v), align=4), slot)
-                        slots[r, v] = slot
-                with cgutils.for_range(builder, t_k1, start=t_k0) as loop:
-                    k = loop.index
-                    p_base = builder.mul(k, p_row)
-                    b_ops = []
-                    for v in range(nv):
-                        off = builder.add(p_base, i64(v * _VW * 2))
-                        ptr = fp16_ir.byte_address(builder, arr_p.data, off, vbits)
-                        bits = builder.load(ptr, align=2)
-                        b_ops.append(
-                            as_f32(bits) if f32_rows else fp16_ir.operand(builder, bits, native)
-                        )
-                    for r in range(_MR):
-                        row = builder.mul(builder.add(t_ia, i64(r)), a_row)
-                        if f32_rows:  # a[0] and a[1]: float32 a and a * MAGIC_SCALE
-                            off = builder.add(row, builder.mul(k, i64(4)))
-                            a_op = broadcast(off, f32, vf32)
-                            if magic:
-                                a_scaled = broadcast(builder.add(off, a_plane), f32, vf32)
-                        else:
-                            off = builder.add(row, builder.mul(k, i64(2)))  # a[ia + r, k]
-                            a_op = fp16_ir.operand(builder, broadcast(off, i16, vbits), native)
-                        for v in range(nv):
-                            if magic:
-                                prod = fp16_ir.magic_rounded_product(
-                                    builder, a_op, a_scaled, b_ops[v]
-                                )
-                            elif f32_rows:
-                                prod = fp16_ir.rounded_f32_product(builder, a_op, b_ops[v], native)
-                            else:
-                                prod = fp16_ir.rounded_product(builder, a_op, b_ops[v], native)
-                            slot = slots[r, v]
-                            builder.store(builder.fadd(builder.load(slot), prod), slot)
-                for (r, v), slot in slots.items():
-                    builder.store(builder.load(slot), c_address(r, v), align=4)
-                return context.get_dummy_value()
-
-            return sig, codegen
-
-        return micro_tile
+    def tile(magic, f32_rows, nv=_NV, listed=False):
+        """The micro-kernel (:func:`~aneforge.emulator.micro_tile.make_tile`) over the
+        first ``nv`` vectors of a panel (1 for a last panel whose real columns fit one
+        vector), over a range of k's or a list of them (``listed``)."""
+        return make_tile(
+            _MR, _VW, nv, magic=magic, f32_rows=f32_rows, listed=listed, native_half=_native_half
+        )
 
     _micro_tile = tile(False, _F32_ROWS)
     _micro_tile_magic = tile(True, True) if _MAGIC else _micro_tile
     _edge_tile = tile(False, _F32_ROWS, 1)
     _edge_tile_magic = tile(True, True, 1) if _MAGIC else _edge_tile
+    _micro_list = tile(False, _F32_ROWS, listed=True)
+    _micro_list_magic = tile(True, True, listed=True) if _MAGIC else _micro_list
+    _edge_list = tile(False, _F32_ROWS, 1, listed=True)
+    _edge_list_magic = tile(True, True, 1, listed=True) if _MAGIC else _edge_list
 
     try:
         _jit = numba.njit(parallel=True, nogil=True, cache=not _FORCE_PORTABLE)(_kernel_py)
@@ -482,14 +388,17 @@ def _define_kernels() -> None:
         _pack_jit = numba.njit(nogil=True)(panels_mod.pack_transposed_py)
 
 
-def _kernel_py(a, panels, out, mc, pc, magic):
+def _kernel_py(a, panels, out, mc, pc, magic, skip_zeros):
     """out[z, :M, :N] = fp16 bits of a[z] @ b[z] under the contract.
 
     ``a`` is (B, Mp, K) uint16 with Mp a multiple of _MR; ``panels`` (B, P, K, _NR)
     uint16 holds b's columns in P zero-padded panels; ``out`` is (B, M, N) uint16. A task
     owns ``mc`` rows (a multiple of _MR) by ``pc`` panels. ``magic`` (only honoured where
     the CPU's tile has _MAGIC) rounds products by magic numbers, for operands whose
-    products all stay below 65520 (:func:`_magic_applies`).
+    products all stay below 65520 (:func:`_magic_applies`). With ``skip_zeros`` (``a``
+    holds no inf or NaN) a panel row of zeros is left out: its products are zeros, and
+    adding a zero never changes a sum that starts at +0.0 (in round-to-nearest no such
+    sum is ever -0.0), so the bits are the same.
     """
     nb, mp, kdim = a.shape
     npan = panels.shape[1]
@@ -498,6 +407,25 @@ def _kernel_py(a, panels, out, mc, pc, magic):
     col_chunks = (npan + pc - 1) // pc
     per_batch = row_blocks * col_chunks
     scale = _SUM_SCALE if _MAGIC and magic else np.float32(1.0)
+    # each panel's k's with a nonzero row (all k's without skip_zeros), ascending, and
+    # where each k-block's start in that list
+    blocks = (kdim + _KC - 1) // _KC
+    ks = np.empty((nb, npan, kdim), dtype=np.int32)
+    starts = np.empty((nb, npan, blocks + 1), dtype=np.int64)
+    for zp in numba.prange(nb * npan):
+        pz = panels[zp // npan, zp % npan]
+        kz = ks[zp // npan, zp % npan]
+        live = 0
+        for blk in range(blocks):
+            starts[zp // npan, zp % npan, blk] = live
+            for k in range(blk * _KC, min(kdim, blk * _KC + _KC)):
+                kz[live] = k  # branch-free: a zero row's k is overwritten
+                bits = np.uint16(0)
+                if skip_zeros:
+                    for j in range(_NR):
+                        bits |= pz[k, j]
+                live += not skip_zeros or (bits & 0x7FFF) != 0
+        starts[zp // npan, zp % npan, blocks] = live
     for task in numba.prange(nb * per_batch):
         # a task owns padded rows [i0, i1) x panels [p0, p1) of one batch entry
         z = task // per_batch
@@ -525,22 +453,37 @@ def _kernel_py(a, panels, out, mc, pc, magic):
             for p in range(p0, p1):
                 pz = panels[z, p]
                 jc = (p - p0) * _NR
-                if n - p * _NR <= _VW:  # a last panel whose real columns fit one vector
-                    for i in range(i0, i1, _MR):
-                        if _MAGIC and magic:
-                            _edge_tile_magic(af, pz, acc, i - i0, i - i0, jc, k0, k1)
-                        elif _F32_ROWS:
-                            _edge_tile(af, pz, acc, i - i0, i - i0, jc, k0, k1)
-                        else:
-                            _edge_tile(az, pz, acc, i, i - i0, jc, k0, k1)
-                    continue
+                n0, n1 = starts[z, p, k0 // _KC], starts[z, p, k0 // _KC + 1]
+                kz = ks[z, p]
+                whole = n1 - n0 == k1 - k0  # no zero row: the k-block runs as a range
+                edge = n - p * _NR <= _VW  # a last panel whose real columns fit one vector
                 for i in range(i0, i1, _MR):
                     if _MAGIC and magic:
-                        _micro_tile_magic(af, pz, acc, i - i0, i - i0, jc, k0, k1)
+                        if edge and whole:
+                            _edge_tile_magic(af, pz, acc, i - i0, i - i0, jc, k0, k1)
+                        elif edge:
+                            _edge_list_magic(af, pz, acc, i - i0, i - i0, jc, kz, n0, n1)
+                        elif whole:
+                            _micro_tile_magic(af, pz, acc, i - i0, i - i0, jc, k0, k1)
+                        else:
+                            _micro_list_magic(af, pz, acc, i - i0, i - i0, jc, kz, n0, n1)
                     elif _F32_ROWS:
-                        _micro_tile(af, pz, acc, i - i0, i - i0, jc, k0, k1)
-                    else:
+                        if edge and whole:
+                            _edge_tile(af, pz, acc, i - i0, i - i0, jc, k0, k1)
+                        elif edge:
+                            _edge_list(af, pz, acc, i - i0, i - i0, jc, kz, n0, n1)
+                        elif whole:
+                            _micro_tile(af, pz, acc, i - i0, i - i0, jc, k0, k1)
+                        else:
+                            _micro_list(af, pz, acc, i - i0, i - i0, jc, kz, n0, n1)
+                    elif edge and whole:
+                        _edge_tile(az, pz, acc, i, i - i0, jc, k0, k1)
+                    elif edge:
+                        _edge_list(az, pz, acc, i, i - i0, jc, kz, n0, n1)
+                    elif whole:
                         _micro_tile(az, pz, acc, i, i - i0, jc, k0, k1)
+                    else:
+                        _micro_list(az, pz, acc, i, i - i0, jc, kz, n0, n1)
         # round the real (unpadded) outputs to fp16 (magic sums scaled back: exact)
         j0 = p0 * _NR
         j1 = min(n, p1 * _NR)
@@ -617,6 +560,7 @@ def _launch(a16, panels, m, n, pack=None, magic=False):
     nb, mp, k = a16.shape
     npan = panels.shape[1]
     out = np.empty((nb, m, n), dtype=np.uint16)
+    skip_zeros = _magnitude_top(a16) < 0x7C00  # no inf or NaN in a: zero rows add nothing
     # always a read-only view: the kernel only reads a, and one array type means one
     # compiled specialization (a program's weights are read-only, padded copies are not)
     a16 = a16.view()
@@ -626,7 +570,7 @@ def _launch(a16, panels, m, n, pack=None, magic=False):
     def run():
         if pack is not None:
             pack()
-        _kernel(a16, panels, out, magic)
+        _kernel(a16, panels, out, magic, skip_zeros)
 
     parallel_launch(run, serial=small)
     return out.view(np.float16)
