@@ -163,17 +163,13 @@ def _dw_kernel_py(x, w, bias, geo, out):
                         for f in range(span):
                             g = np.uintp(f)
                             acc[g] = acc[g] + _r16(plane[base + g] * wv)
+                # -0.0 without a bias: adding it leaves every value's bits, -0.0 included
+                bc = bias[ch] if has_bias else np.float32(-0.0)
                 for r in range(rows):
                     dst = out[z, ch, r0 + r]
                     at = np.uintp(r * pitch)
-                    if has_bias:
-                        bc = bias[ch]
-                        for j in range(wo_n):
-                            y = _r16(acc[at + np.uintp(j)]) + bc
-                            dst[np.uintp(j)] = _f32_to_f16_bits(y)
-                    else:
-                        for j in range(wo_n):
-                            dst[np.uintp(j)] = _f32_to_f16_bits(acc[at + np.uintp(j)])
+                    for j in range(wo_n):
+                        dst[np.uintp(j)] = _f32_to_f16_bits(_r16(acc[at + np.uintp(j)]) + bc)
 
 
 def _bias_kernel_py(y, b, out, along_rows):

@@ -412,7 +412,7 @@ def _kernel_py(a, panels, out, mc, pc, magic, skip_zeros):
     blocks = (kdim + _KC - 1) // _KC
     ks = np.empty((nb, npan, kdim), dtype=np.int32)
     starts = np.empty((nb, npan, blocks + 1), dtype=np.int64)
-    for zp in numba.prange(nb * npan):
+    for zp in range(nb * npan):  # serial: one scan of the panels; a parallel loop compiles slowly
         pz = panels[zp // npan, zp % npan]
         kz = ks[zp // npan, zp % npan]
         live = 0
