@@ -303,8 +303,8 @@ def test_rows_of_zeros_are_left_out_with_the_same_bits(rng):
     """A zero product never changes a sum that starts at +0.0, so the kernel leaves out
     panel rows of zeros (ReLU outputs): the oracle's bits, +0.0 where every product is
     a zero, and NaN where an inf in ``a`` meets a zero (then nothing is left out)."""
-    a = normal_fp16(rng, (1, 6, 700))
-    a[0, :3] = -np.abs(a[0, :3])  # negative rows: their zero products are -0.0
+    a = normal_fp16(rng, (1, 20, 700))  # enough rows for the kernel to look for zeros
+    a[0, :9] = -np.abs(a[0, :9])  # negative rows: their zero products are -0.0
     b = np.maximum(normal_fp16(rng, (1, 700, 75)), 0)
     b[0, rng.choice(700, 400, replace=False)] = 0.0
     b[0, :, 60:] = -0.0  # a whole panel of zeros
@@ -375,9 +375,9 @@ sparse = norm((2, 600, 50), 1.0)  # rows of zeros (+0 and -0) in k-blocks 1 and 
 zero_rows = rng.choice(256, 90, replace=False)
 sparse[:, zero_rows] = 0.0  # left out there, block 2 runs whole
 sparse[:, 512 + rng.choice(88, 30, replace=False)] = -0.0
-cases.append((norm((2, 9, 600), 1.0), sparse))  # a last panel of 2 columns: the edge tile
-cases.append((norm((2, 9, 600), 1.0), np.zeros((2, 600, 50), np.float16)))  # sums of -0
-with_inf = norm((2, 9, 600), 1.0)
+cases.append((norm((2, 20, 600), 1.0), sparse))  # a last panel of 2 columns: the edge tile
+cases.append((norm((2, 20, 600), 1.0), np.zeros((2, 600, 50), np.float16)))  # sums of -0
+with_inf = norm((2, 20, 600), 1.0)
 with_inf[1, 3, zero_rows[0]] = np.inf  # inf * 0 is NaN: no row may be left out
 cases.append((with_inf, sparse))
 bad = [i for i, (a, b) in enumerate(cases) if not _same_bits(gemm_fast(a, b),

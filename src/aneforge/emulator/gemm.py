@@ -198,6 +198,8 @@ _PC = 8  # panels (of _NR columns) per task
 # models run alternately in one process): 2^20 ran ShuffleNet and SqueezeNet 10-15 %
 # faster than 2^22 and ResNet-50 3 %; 2^18 was no faster than 2^20.
 _SERIAL_WORK = 1 << 20
+_SKIP_MIN_ROWS = 16  # rows of a from which the kernel looks for rows of zeros in b
+_NOT_SIGNS = np.uint64(0x7FFF_7FFF_7FFF_7FFF)  # four fp16 values without their signs
 _TRANSPOSE_GAIN = 0.75  # run C^T = B^T A^T when its padded work is below this share
 _PORTABLE_ENV = "ANEFORGE_EMU_GEMM_PORTABLE"
 _FORCE_PORTABLE = os.environ.get(_PORTABLE_ENV, "") not in ("", "0")
@@ -236,7 +238,7 @@ def _kernel(a, panels, out, magic=False, skip_zeros=False):
     """Run the compiled kernel (:func:`_kernel_py`) on tasks of :func:`_task_shape`;
     load_numba() must have succeeded."""
     tasks = _task_shape(a.shape[0], a.shape[1], panels.shape[1])
-    _jit(a, panels, out, *tasks, magic, skip_zeros)
+    _jit(a, panels, panels.view(np.uint64), out, *tasks, magic, skip_zeros)
 
 
 def _task_shape(nb, mp, npan) -> tuple[int, int]:
@@ -388,11 +390,12 @@ def _define_kernels() -> None:
         _pack_jit = numba.njit(nogil=True)(panels_mod.pack_transposed_py)
 
 
-def _kernel_py(a, panels, out, mc, pc, magic, skip_zeros):
+def _kernel_py(a, panels, words, out, mc, pc, magic, skip_zeros):
     """out[z, :M, :N] = fp16 bits of a[z] @ b[z] under the contract.
 
     ``a`` is (B, Mp, K) uint16 with Mp a multiple of _MR; ``panels`` (B, P, K, _NR)
-    uint16 holds b's columns in P zero-padded panels; ``out`` is (B, M, N) uint16. A task
+    uint16 holds b's columns in P zero-padded panels, ``words`` the same memory as
+    uint64; ``out`` is (B, M, N) uint16. A task
     owns ``mc`` rows (a multiple of _MR) by ``pc`` panels. ``magic`` (only honoured where
     the CPU's tile has _MAGIC) rounds products by magic numbers, for operands whose
     products all stay below 65520 (:func:`_magic_applies`). With ``skip_zeros`` (``a``
@@ -412,20 +415,20 @@ def _kernel_py(a, panels, out, mc, pc, magic, skip_zeros):
     blocks = (kdim + _KC - 1) // _KC
     ks = np.empty((nb, npan, kdim), dtype=np.int32)
     starts = np.empty((nb, npan, blocks + 1), dtype=np.int64)
-    for zp in range(nb * npan):  # serial: one scan of the panels; a parallel loop compiles slowly
-        pz = panels[zp // npan, zp % npan]
-        kz = ks[zp // npan, zp % npan]
+    for zp in range(nb * npan):  # serial: a parallel loop would double the compile time
+        z = zp // npan
+        p = zp - z * npan
         live = 0
         for blk in range(blocks):
-            starts[zp // npan, zp % npan, blk] = live
+            starts[z, p, blk] = live
             for k in range(blk * _KC, min(kdim, blk * _KC + _KC)):
-                kz[live] = k  # branch-free: a zero row's k is overwritten
-                bits = np.uint16(0)
+                ks[z, p, live] = k  # branch-free: a zero row's k is overwritten
+                row = np.uint64(0)  # the row's bits, four fp16 values a word
                 if skip_zeros:
-                    for j in range(_NR):
-                        bits |= pz[k, j]
-                live += not skip_zeros or (bits & 0x7FFF) != 0
-        starts[zp // npan, zp % npan, blocks] = live
+                    for j in range(words.shape[3]):
+                        row |= words[z, p, k, j]
+                live += not skip_zeros or (row & _NOT_SIGNS) != 0
+        starts[z, p, blocks] = live
     for task in numba.prange(nb * per_batch):
         # a task owns padded rows [i0, i1) x panels [p0, p1) of one batch entry
         z = task // per_batch
@@ -560,7 +563,8 @@ def _launch(a16, panels, m, n, pack=None, magic=False):
     nb, mp, k = a16.shape
     npan = panels.shape[1]
     out = np.empty((nb, m, n), dtype=np.uint16)
-    skip_zeros = _magnitude_top(a16) < 0x7C00  # no inf or NaN in a: zero rows add nothing
+    # no inf or NaN in a: zero rows add nothing; with few rows the scan would cost more
+    skip_zeros = mp >= _SKIP_MIN_ROWS and _magnitude_top(a16) < 0x7C00
     # always a read-only view: the kernel only reads a, and one array type means one
     # compiled specialization (a program's weights are read-only, padded copies are not)
     a16 = a16.view()
