@@ -410,10 +410,10 @@ def _kernel_py(a, panels, words, out, mc, pc, magic, skip_zeros):
     col_chunks = (npan + pc - 1) // pc
     per_batch = row_blocks * col_chunks
     scale = _SUM_SCALE if _MAGIC and magic else np.float32(1.0)
-    # each panel's k's with a nonzero row (all k's without skip_zeros), ascending, and
-    # where each k-block's start in that list
+    # each panel's k's with a nonzero row, ascending, and where each k-block starts in
+    # that list; without skip_zeros every k-block runs whole and no list is made
     blocks = (kdim + _KC - 1) // _KC
-    ks = np.empty((nb, npan, kdim), dtype=np.int32)
+    ks = np.empty((nb, npan, kdim if skip_zeros else 0), dtype=np.int32)
     starts = np.empty((nb, npan, blocks + 1), dtype=np.int64)
     for zp in range(nb * npan):  # serial: a parallel loop would double the compile time
         z = zp // npan
@@ -421,13 +421,15 @@ def _kernel_py(a, panels, words, out, mc, pc, magic, skip_zeros):
         live = 0
         for blk in range(blocks):
             starts[z, p, blk] = live
+            if not skip_zeros:
+                live = min(kdim, blk * _KC + _KC)
+                continue
             for k in range(blk * _KC, min(kdim, blk * _KC + _KC)):
                 ks[z, p, live] = k  # branch-free: a zero row's k is overwritten
                 row = np.uint64(0)  # the row's bits, four fp16 values a word
-                if skip_zeros:
-                    for j in range(words.shape[3]):
-                        row |= words[z, p, k, j]
-                live += not skip_zeros or (row & _NOT_SIGNS) != 0
+                for j in range(words.shape[3]):
+                    row |= words[z, p, k, j]
+                live += (row & _NOT_SIGNS) != 0
         starts[z, p, blocks] = live
     for task in numba.prange(nb * per_batch):
         # a task owns padded rows [i0, i1) x panels [p0, p1) of one batch entry
