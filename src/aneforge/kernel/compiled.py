@@ -18,8 +18,9 @@ Each materialized node's loop nest becomes one numba kernel
 (:func:`aneforge.kernel.codegen.generate`); the generated source is written to
 ``<cache>/kernels/k_<hash>.py`` (:func:`aneforge.cachedir.default_cache_dir`) and
 compiled with numba's on-disk cache, so a later process loads it instead of compiling.
-Regions of one structure share kernels whatever their sizes. A region smaller than
-:data:`MIN_WORK` output elements runs op by op (compiling would cost more than it saves).
+Regions of one structure share kernels whatever their sizes. A region with less than
+:data:`MIN_WORK` output elements in nodes of :data:`MIN_NODE_WORK` elements or more
+(:func:`region_work`) runs op by op (compiling would cost more than it saves).
 
 Compiling costs seconds, so kernels are compiled only when they are used twice: a plan
 whose kernels this machine has not yet checked, and that no plan of this process has
@@ -77,13 +78,39 @@ from .lower import (
     scatters,
 )
 
-__all__ = ["RegionPlan", "default_placement", "execute_regions", "host_nodes", "plan_region"]
+__all__ = [
+    "RegionPlan",
+    "default_placement",
+    "execute_regions",
+    "host_nodes",
+    "plan_region",
+    "region_work",
+]
 
 _ENV = "ANEFORGE_COMPILED_REGIONS"
-#: A region with fewer output elements than this over its nodes runs op by op: compiling
-#: its kernels would cost more than it saves (and a one-off small program pays nothing).
+#: A region with less :func:`region_work` than this runs op by op: compiling its kernels
+#: would cost more than it saves (and a one-off small program pays nothing).
 MIN_WORK = 1 << 16
+#: A node with fewer output elements than this adds nothing to :func:`region_work`.
+MIN_NODE_WORK = 1 << 11
 _JITLIB_HASH = hashlib.sha256(Path(jitlib.__file__).read_bytes()).hexdigest()[:12]
+
+
+def region_work(region) -> int:
+    """The output elements of ``region``'s nodes of at least :data:`MIN_NODE_WORK`
+    elements: what compiling the region saves per run grows with them. Nodes below that
+    cost the emulator more per call than per element, compiled or not, while each still
+    costs a compile: an unrolled Krylov solve on 16 x 16 (5000 such nodes) ran in 0.08 s
+    compiled against 0.09 s op by op, after 12 s of first compiles.
+
+    Example:
+        >>> import aneforge as af
+        >>> x = af.input((64, 64))
+        >>> region_work(af.compile(af.relu(x * 2.0)).fused_regions[0])
+        8192
+    """
+    sizes = (math.prod(n.shape) for n in region.nodes)
+    return sum(size for size in sizes if size >= MIN_NODE_WORK)
 
 
 def enabled() -> bool:
@@ -373,7 +400,7 @@ def _region_plans(program, chip, node_kernel) -> dict:
             return per_chip[chip]
     plans = {}
     for region in program.fused_regions:
-        if sum(math.prod(n.shape) for n in region.nodes) < MIN_WORK or reads_integers(region):
+        if region_work(region) < MIN_WORK or reads_integers(region):
             plans[region.index] = None  # small, or it reads ids: op by op
             continue
         try:

@@ -2,8 +2,9 @@
 emulator's compiled regions (:mod:`aneforge.kernel.compiled`).
 
 :func:`tune_placements` runs the program op by op once, keeping every value the tuned
-regions read, so each region is timed alone on its real inputs. Per fused region of at
-least :data:`~aneforge.kernel.compiled.MIN_WORK` output elements:
+regions read, so each region is timed alone on its real inputs. Per fused region with at
+least :data:`~aneforge.kernel.compiled.MIN_WORK` of
+:func:`~aneforge.kernel.compiled.region_work`:
 
 1. its free intermediates (those no host node, opaque code or scatter forces to
    materialize) split into independent components
@@ -141,7 +142,7 @@ def _eligible(program: Program, chip) -> list:
     with at least one free intermediate."""
     out = []
     for region in program.fused_regions:
-        if sum(math.prod(n.shape) for n in region.nodes) < compiled.MIN_WORK:
+        if compiled.region_work(region) < compiled.MIN_WORK:
             continue
         if reads_integers(region):  # ids, masks: the kernel layer holds fp16 only
             continue
