@@ -30,10 +30,9 @@ import io
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..data import text as bundled_text
 from ..graph import api
+from ..graph.frozen import frozen_zeros
 from ..graph.tensor import input as graph_input
 from ..graph.tensor import weight
 from ..targets.names import resolve_target
@@ -169,12 +168,12 @@ def build_workload(row: SiliconRow):
     d = row.dims
     if row.workload == "gemm":
         x = graph_input((d["M"], d["K"]), name="x")
-        return x @ weight(np.zeros((d["K"], d["N"]), np.float16))
+        return x @ weight(frozen_zeros((d["K"], d["N"])))
     if row.workload == "conv":
         x = graph_input((1, d["C_in"], d["H"], d["W"]), name="x")
         y, cin, k = x, d["C_in"], d["kernel"]
         for _ in range(d.get("layers", 1)):
-            w = weight(np.zeros((d["C_out"], cin, k, k), np.float16))
+            w = weight(frozen_zeros((d["C_out"], cin, k, k)))
             y = api.conv(y, w, padding=k // 2)
             cin = d["C_out"]
         return y

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["freeze", "frozen_owner"]
+__all__ = ["freeze", "frozen_owner", "frozen_zeros"]
 
 
 def freeze(values) -> np.ndarray:
@@ -35,7 +35,24 @@ def freeze(values) -> np.ndarray:
         (False, dtype('float16'), (2, 2))
     """
     arr = np.asarray(values)
+    if arr.flags.c_contiguous and frozen_owner(arr) is not None:
+        return arr  # already immutable: nothing to copy
     return np.frombuffer(arr.tobytes(), dtype=arr.dtype).reshape(arr.shape)  # C order
+
+
+def frozen_zeros(shape, dtype=np.float16) -> np.ndarray:
+    """An immutable array of zeros, as :func:`freeze` would give, without writing them:
+    its ``bytes`` comes from ``calloc``, so a gigabyte costs no time until it is read (a
+    cost-model workload's weights, which only give shapes).
+
+    Example:
+        >>> z = frozen_zeros((2, 3))
+        >>> z.flags.writeable, z.dtype, float(z.sum())
+        (False, dtype('float16'), 0.0)
+    """
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    return np.frombuffer(bytes(count * dtype.itemsize), dtype=dtype).reshape(shape)
 
 
 def frozen_owner(x: np.ndarray) -> np.ndarray | None:

@@ -698,13 +698,16 @@ class _Importer(FunctionExpansion):
             arr = arr.astype(np.float64)
         elif arr.dtype.kind != "f":
             raise NotExpressible(f"constant '{host.label}' of dtype {arr.dtype} is not numeric")
-        finite_big = np.isfinite(arr) & (np.abs(arr.astype(np.float64)) > FP16_MAX)
-        if finite_big.any():
-            worst = float(np.max(np.abs(arr[finite_big])))
-            self.saturated[host.label or "constant"] = worst
-            arr = np.where(finite_big, np.sign(arr) * FP16_MAX, arr)
         if arr.size == 0:
             raise NotExpressible(f"constant '{host.label}' is empty")
+        # two reductions, no temporaries, for the common weight within range (a NaN fails
+        # both tests and takes the exact path); FP16_MAX is exact in every float format
+        if not (arr.min() >= -FP16_MAX and arr.max() <= FP16_MAX):
+            finite_big = np.isfinite(arr) & (np.abs(arr) > FP16_MAX)
+            if finite_big.any():
+                worst = float(np.max(np.abs(arr[finite_big])))
+                self.saturated[host.label or "constant"] = worst
+                arr = np.where(finite_big, np.sign(arr) * FP16_MAX, arr)
         return weight(arr.astype(np.float16), name=host.label or None)
 
 

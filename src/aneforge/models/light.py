@@ -162,16 +162,23 @@ def _is_residual_join(node, consumers, constant) -> bool:
     return False
 
 
+def _scaled(values, scale):
+    """``values * scale`` in place: the same numbers without a second array (VGG-19's
+    first fully connected layer draws 103M of them)."""
+    values *= scale
+    return values
+
+
 def _seeded_value(rng, shape, role, fill, residual=False):
     op, i, node = role
     shape = tuple(int(d) for d in shape)
     if op == "Conv" and i == 1:
         fan_in = int(np.prod(shape[1:]))
-        return rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+        return _scaled(rng.standard_normal(shape), np.sqrt(2.0 / fan_in))
     if op == "Gemm" and i == 1:
         trans_b = any(a.name == "transB" and a.i for a in node.attribute)
         fan_in = shape[1] if trans_b and len(shape) == 2 else shape[0]
-        return rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+        return _scaled(rng.standard_normal(shape), np.sqrt(2.0 / fan_in))
     if op in ("Conv", "Gemm") and i == 2:
         return rng.standard_normal(shape) * 0.05
     if op == "BatchNormalization":
