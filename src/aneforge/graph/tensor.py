@@ -573,8 +573,10 @@ def weight(value, name: str | None = None) -> Tensor:
     # case, with no temporaries (a 525M-element LM head is a gigabyte)
     fp16 = arr if arr.dtype == np.float16 else round_fp16(arr)
     overflow = None
-    if fp16 is not arr and fp16.size and not (
-        np.isfinite(float(fp16.max())) and np.isfinite(float(fp16.min()))
+    if (
+        fp16 is not arr
+        and fp16.size
+        and not (np.isfinite(float(fp16.max())) and np.isfinite(float(fp16.min())))
     ):
         overflow = np.isinf(fp16) & np.isfinite(arr)
     if overflow is not None and overflow.any():
