@@ -224,6 +224,25 @@ def test_small_regions_and_observed_runs_go_node_by_node():
     assert all(p is None for p in compiled._plans[prog][None].values())
 
 
+def test_many_tiny_nodes_do_not_count_as_work_but_one_large_node_does():
+    """A chain of 300 ops on 16 x 16 has 76,800 output elements, past MIN_WORK, but none
+    of its nodes reaches MIN_NODE_WORK: it runs op by op. One node of 64 x 64 more
+    counts alone."""
+    x = af.input((16, 16), name="x")
+    y = x
+    for _ in range(150):
+        y = (y * 0.5).exp()
+    prog = af.compile(y, opt=0)
+    (region,) = prog.fused_regions
+    assert sum(int(np.prod(n.shape)) for n in region.nodes) >= compiled.MIN_WORK
+    assert compiled.region_work(region) == 0
+    execute_fp16(prog, [np.zeros((16, 16), np.float16)])
+    assert all(p is None for p in compiled._plans[prog][None].values())
+    big = af.input((256, 256), name="big")
+    (region,) = af.compile((big * 0.5).exp(), opt=0).fused_regions
+    assert compiled.region_work(region) == 2 * 256 * 256
+
+
 def test_a_failing_plan_warns_once_and_falls_back_to_the_same_bits(monkeypatch):
     rng = np.random.default_rng(2)
     x = af.input((1, 4, 128, 130), name="x")
