@@ -10,8 +10,10 @@ same fp16-rounded input, are timed in this process:
 - ``poolformer``: two PoolFormer blocks (GroupNorm(1, C), 3 x 3 average pooling minus
   its input, residual; GroupNorm, 1 x 1 MLP with GELU, residual) on 1 x 64 x 56 x 56.
 
-For each it prints the emulator's time (the default path: compiled regions), the
-op-by-op emulator's, onnxruntime's (float32, one thread per core) and the ratios, and
+For each it prints the emulator's time (the default path: compiled regions) and
+onnxruntime's (float32, one thread per core), each its best of three block medians,
+the blocks taking turns (``timing.best_blocks``), the op-by-op emulator's (one block)
+and the ratios, and
 checks the emulator's output against onnxruntime's (cosine). Below 0.999 it names the fp16
 hazard that explains the gap (:func:`aneforge.precision_risk`): PoolFormer's
 ``GroupNorm(1, 64)`` sums 200,704 same-sign squares in fp16, which stall past 2048 terms,
@@ -26,6 +28,7 @@ Last lines: ``RESULT <block>_emu_vs_ort=<emulator time / onnxruntime time>``.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import statistics
 import sys
@@ -42,6 +45,7 @@ except ImportError:  # running from a checkout without installing
     import aneforge as af
 
 from aneforge.emulator.interpreter import execute_fp16
+from timing import best_blocks  # this folder's helper: the script's folder is on sys.path
 
 COSINE_FP16 = 0.999  # below this, name the fp16 hazard that explains the gap
 
@@ -120,13 +124,12 @@ def main(argv=None) -> int:
         data = _onnx(module, shape)
         prog = af.from_onnx(onnx.load_from_string(data)).compile()
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float16)
-        # the emulator is timed before onnxruntime first runs: its intra-op threads spin
-        # on both cores for a while after each run and would be timed with the emulator
-        t_emu = _timed(lambda p=prog, x=x: execute_fp16(p, [x]), opts.repeats)
         t_ops = _timed(lambda p=prog, x=x: execute_fp16(p, [x], regions=False), opts.repeats)
         sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
         feed = {sess.get_inputs()[0].name: x.astype(np.float32)}
-        t_ort = _timed(lambda s=sess, f=feed: s.run(None, f), opts.repeats)
+        emulate = functools.partial(execute_fp16, prog, [x])
+        emulate()  # a compiled region not yet checked here runs op by op on its first call
+        t_emu, t_ort = best_blocks(emulate, functools.partial(sess.run, None, feed), opts.repeats)
         ref = sess.run(None, feed)[0]
         out = execute_fp16(prog, [x])[0].astype(np.float64)
         cos = float(np.sum(out * ref) / np.linalg.norm(out) / np.linalg.norm(ref))

@@ -39,7 +39,6 @@ import cProfile
 import functools
 import io
 import pstats
-import statistics
 import sys
 import time
 import warnings
@@ -53,6 +52,7 @@ try:
 except ImportError:  # not installed: use the checkout this script lives in
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from aneforge.models import light
+from timing import best_blocks  # this folder's helper: the script's folder is on sys.path
 
 GOAL_RATIO = 10.0  # the goal: faithful emulation of ResNet-50 within 10x of ORT float32
 MINILM_SENTENCES = [
@@ -62,32 +62,6 @@ MINILM_SENTENCES = [
     "A man is playing a guitar on the stage, and the crowd sings along.",
     "Neural engines run fp16 matrix multiplies with a wide accumulator.",
 ]
-
-
-def _timed(fn):
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def time_pair(emulate, ort, repeats, rounds=3):
-    """Seconds of ``emulate`` and of ``ort``: the median of a block of ``repeats`` runs
-    of one engine after a warm-up, blocks of the two engines taking turns ``rounds``
-    times, and of each engine's block medians the smallest. Not alternated run by run:
-    both engines' worker threads spin a while after each run (onnxruntime's intra-op
-    pool, the OpenMP layer under numba), and on a small machine the spinning pool of the
-    one just run steals the cores of the other: run alternately, SqueezeNet's emulation
-    took 60 ms against 31 ms alone, and onnxruntime's time moved 3.3-10 ms. Several
-    turns, each engine its best block: a burst of load from other tenants of the host
-    (which moved single-block ratios by up to 2x: ResNet-50 3.7x and 5.2x in two runs
-    of the same code) then slows one block of one engine, not the ratio."""
-    emu_blocks, ort_blocks = [], []
-    for _ in range(rounds):
-        emulate()
-        emu_blocks.append(statistics.median(_timed(emulate) for _ in range(repeats)))
-        ort()
-        ort_blocks.append(statistics.median(_timed(ort) for _ in range(repeats)))
-    return min(emu_blocks), min(ort_blocks)
 
 
 def op_profile(prog, args) -> list[tuple[str, float, int]]:
@@ -140,7 +114,7 @@ def bench_model(name, repeats, stub=True, threads=None):
                 warnings.simplefilter("ignore")
                 build.program(*args)
 
-        emu_s, ort_s = time_pair(emulate, lambda: sess.run(None, feeds), repeats)
+        emu_s, ort_s = best_blocks(emulate, lambda: sess.run(None, feeds), repeats)
         row.update(emu_s=emu_s, ort_s=ort_s, ratio=emu_s / ort_s)
     else:
         row.update(emu_s=rep["emulate_seconds"], ort_s=None, ratio=None)
@@ -277,7 +251,7 @@ def bench_zoo(repeats, names=None) -> list[dict]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out = np.asarray(emulate(), np.float64)
-            emu_s, ort_s = time_pair(emulate, infer, repeats)
+            emu_s, ort_s = best_blocks(emulate, infer, repeats)
             try:
                 export_coreml(prog, Path(tempfile.mkdtemp()) / f"{name}.mlpackage")
                 coreml = "ok"
