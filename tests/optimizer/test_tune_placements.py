@@ -121,6 +121,37 @@ def test_the_tuned_placement_is_the_optimum_and_the_programs_plans_use_it(tmp_pa
     assert [str(p) for p in plan.lowered.placement] == list(chosen)
 
 
+def test_a_vector_slower_on_the_whole_region_is_reverted_to_the_default(tmp_path, monkeypatch):
+    """The search's vector wins on its components (bytes moved), but timed against the
+    default on the whole region (a plan timed as ``plan_region`` built it, not cut to a
+    component) it loses: the default stays and the report says so."""
+    monkeypatch.setattr(placement_tune, "TIE_MARGIN", 0.0)
+    built, whole = set(), []
+    plan_region = placement_tune.plan_region
+
+    def tracked(*args, **kwargs):
+        plan = plan_region(*args, **kwargs)
+        built.add(id(plan))
+        return plan
+
+    def timed(plan, values, repeats=placement_tune.REPEATS):
+        if id(plan) not in built:  # a component's scope, in the search
+            return _bytes_seconds(plan, values)
+        whole.append([str(p) for p in plan.lowered.placement])
+        return 2.0 if len(whole) % 2 else 1.0  # each turn times the vector, then the default
+
+    monkeypatch.setattr(placement_tune, "plan_region", tracked)
+    monkeypatch.setattr(placement_tune, "time_plan", timed)
+    prog = _tune(_graph(), cache_dir=tmp_path)
+    region = prog.fused_regions[0]
+    default = compiled.default_placement(prog, region, compiled.host_nodes(region, None))
+    assert prog.placement(region.index) is None
+    (search,) = prog.tune_report["placement_search"]
+    assert search["reverted"] == 1 and search["changed"] == 0
+    assert len(whole) == 2 * placement_tune.CONFIRM_ROUNDS
+    assert whole[1] == [str(p) for p in default] != whole[0]
+
+
 def test_the_tuned_program_gives_the_op_by_op_emulators_bits(tmp_path):
     prog = _tune(_graph(), cache_dir=tmp_path)
     assert prog.placements

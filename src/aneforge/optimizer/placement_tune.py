@@ -23,8 +23,13 @@ least :data:`~aneforge.kernel.compiled.MIN_WORK` of
    ``unexplored`` in the report (never silently).
 
 Ties keep the default: a candidate replaces the best only when more than
-:data:`TIE_MARGIN` faster (the bound prunes against that mark too). The region's vector
-goes into ``Program.placements`` only where it differs from the default. Every timing
+:data:`TIE_MARGIN` faster (the bound prunes against that mark too). A vector that
+differs from the default is then timed against it on the whole region, the two taking
+turns :data:`CONFIRM_ROUNDS` times, each its best: it is kept only when faster there too
+(components timed alone can each win by more than the margin on a burst of the host's
+load, or lose to a cache effect between components), else the default stays and the
+report says ``reverted``. The region's vector goes into ``Program.placements`` only
+where it differs from the default. Every timing
 is held against its bound and, with a calibration log, written as one row
 (``search_placements``).
 
@@ -59,6 +64,7 @@ from ..kernel.lower import reads_integers
 from ..kernel.placement import components, restrict, scope, search_placements
 
 __all__ = [
+    "CONFIRM_ROUNDS",
     "LEAF_LIMIT",
     "REPEATS",
     "TIE_MARGIN",
@@ -78,6 +84,8 @@ LEAF_LIMIT = 64
 #: A candidate must beat the best time by more than this fraction to replace it: closer
 #: times are within the noise of a shared machine, a tie, and the default keeps them.
 TIE_MARGIN = 0.03
+#: Turns of the whole-region timing that confirms a tuned vector against the default.
+CONFIRM_ROUNDS = 2
 
 
 def applies(device) -> bool:
@@ -199,9 +207,10 @@ def tune_placements(
         The program and one dict per tuned region: ``region``, ``components``,
         ``candidates``, ``measured``, ``pruned``, ``unexplored``, ``violations``,
         ``default_s`` and ``tuned_s`` (the summed scope times of the default and the
-        choice), ``search_s`` (wall time spent) and ``changed`` (intermediates whose
-        placement differs from the default). Nothing is measured, and the report is
-        empty, when compiled regions are off or no region qualifies.
+        choice), ``search_s`` (wall time spent), ``changed`` (intermediates whose
+        placement differs from the default) and ``reverted`` (1 where the search's
+        vector lost to the default on the whole region, which stays; else 0). Nothing is measured, and the
+        report is empty, when compiled regions are off or no region qualifies.
     """
     if not compiled.enabled():
         return program.with_placements({}), []
@@ -235,11 +244,28 @@ def tune_placements(
             totals["default_s"] += r.default_seconds
             totals["tuned_s"] += r.seconds
         changed = sum(str(a) != str(b) for a, b in zip(vector, default))
+        reverted = 0
+        if changed and not _faster_whole(program, region, node_kernel, chip, values,
+                                         vector, default):  # fmt: skip
+            vector, changed, reverted = list(default), 0, 1
+            totals["tuned_s"] = totals["default_s"]
         if changed:
             chosen[region.index] = [str(p) for p in vector]
         report.append(dict(region=region.index, components=len(groups), **totals,
-                           search_s=time.perf_counter() - start, changed=changed))  # fmt: skip
+                           search_s=time.perf_counter() - start, changed=changed,
+                           reverted=reverted))  # fmt: skip
     return program.with_placements(chosen), report
+
+
+def _faster_whole(program, region, node_kernel, chip, values, vector, default) -> bool:
+    """Whether the whole region runs faster under ``vector`` than under ``default``:
+    each timed :data:`CONFIRM_ROUNDS` times, taking turns, each its best."""
+    plans = [plan_region(program, region, node_kernel, chip, list(p)) for p in (vector, default)]
+    best = [math.inf, math.inf]
+    for _ in range(CONFIRM_ROUNDS):
+        for i, plan in enumerate(plans):
+            best[i] = min(best[i], time_plan(plan, values))
+    return best[0] < best[1]
 
 
 def _measure(program, region, node_kernel, chip, keep, values):
