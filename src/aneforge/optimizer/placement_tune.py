@@ -209,8 +209,9 @@ def tune_placements(
         ``default_s`` and ``tuned_s`` (the summed scope times of the default and the
         choice), ``search_s`` (wall time spent), ``changed`` (intermediates whose
         placement differs from the default) and ``reverted`` (1 where the search's
-        vector lost to the default on the whole region, which stays; else 0). Nothing is measured, and the
-        report is empty, when compiled regions are off or no region qualifies.
+        vector lost to the default on the whole region, which stays; else 0). Nothing
+        is measured, and the report is empty, when compiled regions are off or no region
+        qualifies.
     """
     if not compiled.enabled():
         return program.with_placements({}), []
