@@ -208,8 +208,9 @@ def main(argv=None) -> int:
                 f"  pass 2 search {r['search_s']:.2f} s ({leaf * 1e3:.0f} ms per measured "
                 f"candidate); exhaustive estimate {r['candidates'] * leaf:.2f} s"
             )
+            why = "; the search's vector lost on the whole region" if r["reverted"] else ""
             print(f"  region time: default {t_default * 1e3:.2f} ms, tuned {t_tuned * 1e3:.2f} "
-                  f"ms ({r['changed']} intermediate(s) changed)")  # fmt: skip
+                  f"ms ({r['changed']} intermediate(s) changed{why})")  # fmt: skip
             speedups.append((label, t_default / t_tuned))
             pruned += r["pruned"]
             candidates += r["candidates"]

@@ -25,12 +25,12 @@ least :data:`~aneforge.kernel.compiled.MIN_WORK` of
 Ties keep the default: a candidate replaces the best only when more than
 :data:`TIE_MARGIN` faster (the bound prunes against that mark too). A vector that
 differs from the default is then timed against it on the whole region, the two taking
-turns :data:`CONFIRM_ROUNDS` times, each its best: it is kept only when faster there too
-(components timed alone can each win by more than the margin on a burst of the host's
-load, or lose to a cache effect between components), else the default stays and the
-report says ``reverted``. The region's vector goes into ``Program.placements`` only
-where it differs from the default. Every timing
-is held against its bound and, with a calibration log, written as one row
+turns :data:`CONFIRM_ROUNDS` times, each its best: it is kept only when more than
+:data:`TIE_MARGIN` faster there too (components timed alone can each win by more than
+the margin on a burst of the host's load, or lose to a cache effect between
+components), else the default stays and the report says ``reverted``. The region's
+vector goes into ``Program.placements`` only where it differs from the default. Every
+timing is held against its bound and, with a calibration log, written as one row
 (``search_placements``).
 
 Example:
@@ -259,14 +259,15 @@ def tune_placements(
 
 
 def _faster_whole(program, region, node_kernel, chip, values, vector, default) -> bool:
-    """Whether the whole region runs faster under ``vector`` than under ``default``:
+    """Whether the whole region runs more than :data:`TIE_MARGIN` faster under ``vector``
+    than under ``default`` (closer is a tie, which the default keeps, as in the search):
     each timed :data:`CONFIRM_ROUNDS` times, taking turns, each its best."""
     plans = [plan_region(program, region, node_kernel, chip, list(p)) for p in (vector, default)]
     best = [math.inf, math.inf]
     for _ in range(CONFIRM_ROUNDS):
         for i, plan in enumerate(plans):
             best[i] = min(best[i], time_plan(plan, values))
-    return best[0] < best[1]
+    return best[0] < best[1] * (1 - TIE_MARGIN)
 
 
 def _measure(program, region, node_kernel, chip, keep, values):
