@@ -35,8 +35,8 @@ def test_random_depthwise_convolutions_give_the_reference_bits(seed):
     h, w = int(rng.integers(3 * kh, 14)), int(rng.integers(3 * kw, 14))
     attrs = _attrs(
         c,
-        (int(rng.integers(1, 3)), int(rng.integers(1, 3))),
-        (int(rng.integers(1, 3)), int(rng.integers(1, 4))),  # odd and even column phases
+        (int(rng.integers(1, 4)), int(rng.integers(1, 4))),  # up to 3 x 3 phases
+        (int(rng.integers(1, 4)), int(rng.integers(1, 4))),  # taps in every phase
         tuple(int(p) for p in rng.integers(0, 4, 4)),  # pads wider than the stride
     )
     scale = 2.0 ** int(rng.integers(-8, 9))
@@ -50,10 +50,10 @@ def test_random_depthwise_convolutions_give_the_reference_bits(seed):
     assert_same_bits(got, _conv_emulate(inputs, attrs, REFERENCE))
 
 
-@pytest.mark.parametrize("stride", [(1, 1), (1, 2), (2, 1), (3, 3)])
+@pytest.mark.parametrize("stride", [(1, 1), (1, 2), (2, 1), (3, 3), (2, 3)])
 def test_large_planes_run_in_row_blocks_with_the_reference_bits(stride):
-    """A 45 x 150 plane: a stride-1 tap's run covers a block of output rows on the
-    plane's pitch (several blocks here), a strided one a single row."""
+    """A 45 x 150 plane: a tap's run covers a block of output rows on its phase's
+    pitch, several blocks here at any stride."""
     rng = np.random.default_rng(sum(stride))
     x = (rng.standard_normal((1, 2, 45, 150)) * 8).astype(np.float16)
     wt = (rng.standard_normal((2, 1, 3, 5)) * 4).astype(np.float16)

@@ -114,12 +114,13 @@ def _dw_kernel_py(x, w, bias, geo, out):
     output's float32 sum takes its taps in (kh, kw) order, padding zeros included, each
     product rounded to fp16, as the GEMM does.
 
-    A task first decodes its channel's padded plane to float32, its columns split into
-    ``sw`` phases (phase ph holds columns ph, ph + sw, ...), so every tap reads adjacent
-    cells: output (ho, j) takes tap (i, t) from phase (t * dw) % sw, row ho * sh + i * dh,
-    cell j + (t * dw) // sw. With ``sh`` = 1 a tap is then one long run over a block of
-    output rows laid out on the plane's row pitch (the few cells between output rows are
-    summed too, then dropped), else one run along an output row; the runs vectorize.
+    A task first decodes its channel's padded plane to float32, split into ``sh * sw``
+    phases (phase (rh, ph) holds rows rh, rh + sh, ... and columns ph, ph + sw, ...), so
+    output (ho, j) takes tap (i, t) from phase ((i * dh) % sh, (t * dw) % sw) at row
+    ho + (i * dh) // sh, cell j + (t * dw) // sw: consecutive output rows and columns
+    read consecutive rows and cells of one phase at any stride. A tap is then one long
+    run over a block of output rows laid out on the phase's row pitch (the few cells
+    between output rows are summed too, then dropped); the runs vectorize.
     """
     n, c, ho_n, wo_n = out.shape
     h, wd = x.shape[2], x.shape[3]
@@ -127,10 +128,19 @@ def _dw_kernel_py(x, w, bias, geo, out):
     sh, sw, dh, dw, has_bias = geo[0], geo[1], geo[2], geo[3], geo[4]
     top, left, hp, wp = geo[5], geo[6], geo[7], geo[8]
     pitch = (wp + sw - 1) // sw  # cells per row of one phase
-    block = max(1, _DW_BLOCK // pitch) if sh == 1 else 1  # output rows a run covers
+    tall = (hp + sh - 1) // sh  # rows of one phase
+    block = max(1, _DW_BLOCK // pitch)  # output rows a run covers
+    # per column phase ph: its first cell inside the input, how many follow, and the
+    # input column of the first (the same on every row, so no division per row)
+    cells = np.zeros((sw, 3), np.int64)
+    for ph in range(sw):
+        s0 = 0 if ph >= left else (left - ph + sw - 1) // sw
+        s1 = min(pitch, (wd - 1 + left - ph) // sw + 1) if wd - 1 + left >= ph else 0
+        cells[ph, 0], cells[ph, 1], cells[ph, 2] = s0, max(0, s1 - s0), s0 * sw + ph - left
+    r_first, r_last = max(0, top), min(hp, top + h)  # the padded rows that hold input
     chunks = geo[9]  # a task takes a chunk of channels, so its buffers are allocated once
     for chunk in numba.prange(chunks):
-        plane = np.zeros(sw * hp * pitch, np.float32)  # the padding cells stay +0.0
+        plane = np.zeros(sh * sw * tall * pitch, np.float32)  # the padding cells stay +0.0
         line = np.empty(wd, np.float32)
         acc = np.empty(block * pitch, np.float32)
         for task in range(chunk * (n * c) // chunks, (chunk + 1) * (n * c) // chunks):
@@ -138,28 +148,37 @@ def _dw_kernel_py(x, w, bias, geo, out):
             ch = task - z * c
             src = x[z, ch]
             # unsigned indices throughout: no wraparound checks, so the runs vectorize
-            for r in range(max(0, top), min(hp, top + h)):
+            rh, q = r_first % sh, r_first // sh  # padded row r is row q of row phase rh
+            for r in range(r_first, r_last):
                 row = src[r - top]
-                for u in range(wd):  # decoded in one contiguous pass
-                    line[np.uintp(u)] = _h2f(row[np.uintp(u)])
-                for ph in range(sw):
-                    # the phase's cells that fall inside the input: s in [s0, s1)
-                    s0 = 0 if ph >= left else (left - ph + sw - 1) // sw
-                    s1 = min(pitch, (wd - 1 + left - ph) // sw + 1) if wd - 1 + left >= ph else 0
-                    u0 = np.uintp(s0 * sw + ph - left)  # the input column of cell s0
-                    at = np.uintp((ph * hp + r) * pitch + s0)
-                    for k in range(s1 - s0):
-                        plane[at + np.uintp(k)] = line[u0 + np.uintp(k * sw)]
+                if sw == 1:  # one column phase: decoded straight into it
+                    at = np.uintp((rh * tall + q) * pitch + cells[0, 0])
+                    u0 = np.uintp(cells[0, 2])
+                    for k in range(cells[0, 1]):
+                        plane[at + np.uintp(k)] = _h2f(row[u0 + np.uintp(k)])
+                else:
+                    for u in range(wd):  # decoded in one contiguous pass, then dealt
+                        line[np.uintp(u)] = _h2f(row[np.uintp(u)])
+                    for ph in range(sw):
+                        at = np.uintp(((rh * sw + ph) * tall + q) * pitch + cells[ph, 0])
+                        u0 = np.uintp(cells[ph, 2])
+                        for k in range(cells[ph, 1]):
+                            plane[at + np.uintp(k)] = line[u0 + np.uintp(k * sw)]
+                rh += 1
+                if rh == sh:
+                    rh, q = 0, q + 1
             for r0 in range(0, ho_n, block):
                 rows = min(block, ho_n - r0)
                 span = (rows - 1) * pitch + wo_n
                 for f in range(span):
                     acc[np.uintp(f)] = np.float32(0.0)
                 for i in range(kh):
+                    rh = (i * dh) % sh
+                    q = r0 + (i * dh) // sh  # the phase row output row r0 reads
                     for t in range(kw):
                         wv = w[ch, i, t]
-                        ph = (t * dw) % sw
-                        base = np.uintp((ph * hp + r0 * sh + i * dh) * pitch + (t * dw) // sw)
+                        ph = rh * sw + (t * dw) % sw
+                        base = np.uintp((ph * tall + q) * pitch + (t * dw) // sw)
                         for f in range(span):
                             g = np.uintp(f)
                             acc[g] = acc[g] + _r16(plane[base + g] * wv)
