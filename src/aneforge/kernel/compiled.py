@@ -305,6 +305,7 @@ class RegionPlan:
     checked: bool = False
     error: object = None
     calls: int = 0  # runs of the region so far (an unchecked plan compiles on its second)
+    weights: dict | None = None  # buffer name -> a weight's fp16 bits (see _weight_bits)
 
     @property
     def keys(self) -> list[str]:
@@ -347,13 +348,32 @@ def _storage(buf) -> np.ndarray:
     return np.empty(buf.shape, dtype)
 
 
+def _bits(value, shape) -> np.ndarray:
+    """``value`` as a C-ordered fp16 array of ``shape`` (a scalar as one cell), its bits."""
+    return np.ascontiguousarray(value.reshape(shape or (1,)), dtype=np.float16).view(np.uint16)
+
+
+def _weight_bits(plan: RegionPlan) -> dict[str, np.ndarray]:
+    """The buffers of the region's weights, from their nodes' frozen values: converted
+    on the plan's first run, not on every run (a ShuffleNet region has 249 inputs)."""
+    if plan.weights is None:
+        low = plan.lowered
+        plan.weights = {
+            low.names[id(n)]: _bits(n.value, n.shape) for n in low.nodes.inputs if n.op == "weight"
+        }
+    return plan.weights
+
+
 def run_plan(plan: RegionPlan, values: dict) -> dict:
     """Run ``plan`` on ``values`` (``id(node)`` -> array, the region's inputs among
-    them); returns ``id(node)`` -> fp16 array of the region's outputs."""
+    them; a weight is read from its node); returns ``id(node)`` -> fp16 array of the
+    region's outputs."""
     low = plan.lowered
-    bufs: dict[str, np.ndarray] = {}
-    for name, value in low.feeds(values).items():
-        bufs[name] = np.ascontiguousarray(value, dtype=np.float16).view(np.uint16)
+    bufs = dict(_weight_bits(plan))
+    for n in low.nodes.inputs:
+        name = low.names[id(n)]
+        if name not in bufs:
+            bufs[name] = _bits(values[id(n)], n.shape)
     for b in low.code.buffers:
         if b.kind != "input":
             bufs[b.name] = _storage(b)
