@@ -31,6 +31,7 @@ import numpy as np
 
 from ..compression import weight_stream_bytes_exact
 from ..devices import get_device
+from ..emulator.convert import to_fp16
 from ..emulator.trace import trace
 from ..errors import DTypeError, InputError, OptionError, PrecisionWarning
 from ..graph.naming import layer_names, user_name
@@ -595,6 +596,9 @@ def _to_fp16(value, t: Tensor) -> np.ndarray:
         raise DTypeError(f"input {_label(t)}: dtype {arr.dtype} cannot be cast to fp16")
     if arr.shape != t.shape:
         raise InputError(f"input {_label(t)}: expected shape {t.shape}, given {arr.shape}")
+    fast = to_fp16(arr)  # the same bits in one compiled pass, where every value is finite
+    if fast is not None:
+        return fast
     with np.errstate(over="ignore", invalid="ignore"):
         out = arr.astype(np.float16)
     if arr.dtype.kind in "fiu" and (np.isinf(out) & np.isfinite(arr)).any():
