@@ -6,8 +6,9 @@ Per light model (seeded weights, see ``aneforge.models.light``):
 - accuracy of the emulated outputs against the float64 reference executor and against
   onnxruntime float32 (cosine, relative L2, top-1 agreement);
 - emulation time as a ratio to onnxruntime float32 on the same model and the same
-  fp16-valued input, in the same process: after one untimed call of each, the two run
-  alternately ``--repeats`` times and the medians are compared;
+  fp16-valued input, in the same process: three turns of a block of each engine's runs
+  (``--repeats``, or more to fill 0.3 s), each engine's best block median compared
+  (``timing.best_blocks``);
 - the shipped stub weights (every weight 0.02): whether the emulation stays in fp16's
   range, and onnxruntime against the wheel's stored expected output.
 
