@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 _FORCE_PORTABLE = os.environ.get(_gemm._PORTABLE_ENV, "") not in ("", "0")
-_SERIAL_ELEMENTS = 1 << 16  # below this, waking the thread pool costs more than it saves
+_SERIAL_ELEMENTS = 1 << 14  # below this, waking the thread pool costs more (as PARALLEL_WORK)
 _DW_BLOCK = 2048  # sums a depthwise tap's run covers: 8 KiB of float32, in L1 with its plane
 _load_lock = threading.Lock()
 
