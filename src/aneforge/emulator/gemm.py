@@ -559,14 +559,17 @@ def _magnitude_top(x16) -> int:
     return MEMO.get(x16, "top", panels_mod.magnitude_top)
 
 
-def _launch(a16, panels, m, n, pack=None, magic=False):
+def _launch(a16, panels, m, n, pack=None, magic=False, a_top=None):
     """Run the kernel on padded ``a16`` and ``panels`` (first filled by ``pack()`` when
-    given) into a new (B, m, n) fp16 array; ``magic`` as :func:`_magic_applies` says."""
+    given) into a new (B, m, n) fp16 array; ``magic`` as :func:`_magic_applies` says;
+    ``a_top``, when given, is ``_magnitude_top(a16)``."""
     nb, mp, k = a16.shape
     npan = panels.shape[1]
     out = np.empty((nb, m, n), dtype=np.uint16)
     # no inf or NaN in a: zero rows add nothing; with few rows the scan would cost more
-    skip_zeros = mp >= _SKIP_MIN_ROWS and _magnitude_top(a16) < 0x7C00
+    if mp >= _SKIP_MIN_ROWS and a_top is None:
+        a_top = _magnitude_top(a16)
+    skip_zeros = mp >= _SKIP_MIN_ROWS and a_top < 0x7C00
     # always a read-only view: the kernel only reads a, and one array type means one
     # compiled specialization (a program's weights are read-only, padded copies are not)
     a16 = a16.view()

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import gemm as _gemm
 
-__all__ = ["gemm_windows"]
+__all__ = ["gemm_windows", "prepare_windows", "windows_ready"]
 
 numba = None  # set by _load, from the gemm module's one import of it
 _windows_jit = None
@@ -93,12 +93,15 @@ _windows_state: dict = {"ok": None, "error": None}
 _windows_lock = threading.Lock()
 
 
-def _run_windows(w3, xp, kernel, stride, dil, groups):
-    """:func:`gemm_windows` without the first-use check."""
+def prepare_windows(w3, x_shape, kernel, stride, dil, groups):
+    """The part of :func:`gemm_windows` that depends on the weights and the padded
+    input's shape only, done once: None where it declines, else ``run(xp)``, which
+    gives ``gemm_windows(w3, xp, ...)``'s bits for any ``xp`` of shape ``x_shape``.
+    Without the first-use check (:func:`windows_ready`)."""
     nb, m, k = w3.shape
-    n_img, c = xp.shape[0], xp.shape[1]
-    ho = (xp.shape[2] - (kernel[0] - 1) * dil[0] - 1) // stride[0] + 1
-    wo = (xp.shape[3] - (kernel[1] - 1) * dil[1] - 1) // stride[1] + 1
+    n_img, c = x_shape[0], x_shape[1]
+    ho = (x_shape[2] - (kernel[0] - 1) * dil[0] - 1) // stride[0] + 1
+    wo = (x_shape[3] - (kernel[1] - 1) * dil[1] - 1) // stride[1] + 1
     n = ho * wo
     if nb != n_img * groups or k != (c // groups) * kernel[0] * kernel[1] or ho < 1 or wo < 1:
         return None
@@ -110,11 +113,24 @@ def _run_windows(w3, xp, kernel, stride, dil, groups):
         padded = np.zeros((nb, mp, k), dtype=np.uint16)
         padded[:, :m] = a16
         a16 = padded
-    panels = np.empty((nb, -(-n // _gemm._NR), k, _gemm._NR), dtype=np.uint16)
+    # what the kernel's zero skipping asks of a (a frozen weight's is remembered)
+    a_top = _gemm._magnitude_top(a16) if mp >= _gemm._SKIP_MIN_ROWS else None
+    npan = -(-n // _gemm._NR)
     geo = np.array([*kernel, *stride, *dil, groups, ho, wo], dtype=np.int64)
-    x16 = np.ascontiguousarray(xp).view(np.uint16)
-    pack = lambda: _windows_jit(x16, panels, geo)  # noqa: E731
-    return _gemm._launch(a16, panels, m, n, pack, _gemm._magic_applies(a16, x16))
+
+    def run(xp):
+        panels = np.empty((nb, npan, k, _gemm._NR), dtype=np.uint16)
+        x16 = np.ascontiguousarray(xp).view(np.uint16)
+        pack = lambda: _windows_jit(x16, panels, geo)  # noqa: E731
+        return _gemm._launch(a16, panels, m, n, pack, _gemm._magic_applies(a16, x16), a_top)
+
+    return run
+
+
+def _run_windows(w3, xp, kernel, stride, dil, groups):
+    """:func:`gemm_windows` without the first-use check."""
+    run = prepare_windows(w3, xp.shape, kernel, stride, dil, groups)
+    return None if run is None else run(xp)
 
 
 def _windows_matches() -> bool:
@@ -150,6 +166,15 @@ def gemm_windows(w3, xp, kernel, stride, dil, groups):
         >>> y is None or (y.shape, float(y[0, 0, 0])) == ((1, 8, 64), 9.0)
         True
     """
+    if not windows_ready():
+        return None
+    return _run_windows(w3, xp, kernel, stride, dil, groups)
+
+
+def windows_ready() -> bool:
+    """Whether :func:`gemm_windows` can run here: numba loads and the gathered panels
+    pass their check on a probe (both done on the first call). False (with one
+    ``FastPathWarning`` per process saying why) otherwise."""
     if _windows_state["ok"] is None:
         with _windows_lock:  # not the gemm module's lock: _ensure_kernel takes that one
             if _windows_state["ok"] is None:
@@ -163,8 +188,6 @@ def gemm_windows(w3, xp, kernel, stride, dil, groups):
                         )
                 except Exception as exc:  # numba missing or a compile failure
                     _windows_state["ok"], _windows_state["error"] = False, exc
-    if not _windows_state["ok"]:
-        if _gemm.FAST_PATH_AVAILABLE:
-            _gemm.warn_fallback("conv windows", _windows_state["error"])
-        return None
-    return _run_windows(w3, xp, kernel, stride, dil, groups)
+    if not _windows_state["ok"] and _gemm.FAST_PATH_AVAILABLE:
+        _gemm.warn_fallback("conv windows", _windows_state["error"])
+    return bool(_windows_state["ok"])

@@ -337,6 +337,13 @@ def plan_region(program, region, node_kernel, chip=None, placement=None) -> Regi
 
 
 def _host_runner(node, node_kernel):
+    """``node``'s host kernel in a plan: the node kernel's prepared runner where it
+    offers one (its static work done once; ``node_kernel.prepare``), else a call of it."""
+    prepare = getattr(node_kernel, "prepare", None)
+    prepared = prepare(node) if prepare is not None else None
+    if prepared is not None:
+        return prepared
+
     def run(*arrays):
         return node_kernel(node, list(arrays))
 

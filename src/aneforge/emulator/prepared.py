@@ -1,0 +1,74 @@
+"""Host kernels prepared once per node: the convolutions a compiled plan runs.
+
+A fused region's plan (:mod:`aneforge.kernel.compiled`) calls a host kernel on every run
+for each node it does not lower, a convolution above all. Through the op's generic entry
+a 1 x 1 convolution of ShuffleNet spent about 40 of its 260 microseconds in Python:
+checking its geometry, reshaping and padding its weights, finding their largest
+magnitude, choosing its route, on every call. :func:`prepare` does that once per node
+and returns a runner with the same bits, or None for a node it does not prepare (the
+plan then calls the generic kernel, :func:`aneforge.emulator.interpreter.fp16_kernel`).
+
+It prepares a 2-D convolution under the generic numerics whose weights (and bias) are
+weight nodes and whose product the gathered-windows GEMM serves
+(:func:`~aneforge.emulator.windows.prepare_windows`); a depthwise convolution keeps its
+own compiled kernel. The runner ignores the weight arrays it is handed: they are the
+nodes' values, read once here.
+
+Example:
+    >>> import numpy as np, aneforge as af
+    >>> x = af.input((1, 8, 16, 16))
+    >>> y = af.conv(x, np.full((16, 8, 1, 1), 0.5, np.float16))
+    >>> run = prepare(y)
+    >>> run is None or float(run(np.ones((1, 8, 16, 16), np.float16))[0, 0, 0, 0]) == 4.0
+    True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph.ops.contraction import _add_fp16, _conv_geometry, _zero_padded
+from .fast_kernels import bias_add_fast
+from .windows import prepare_windows, windows_ready
+
+__all__ = ["prepare"]
+
+
+def prepare(node):
+    """A runner ``run(x, *weights) -> fp16 array`` for ``node`` with its static work done,
+    bit for bit the generic fast kernel's result; None where this module does not
+    prepare ``node`` (see the module docstring)."""
+    if node.op != "conv" or len(node.shape) != 4:
+        return None
+    x, w, *rest = node.srcs
+    if w.op != "weight" or any(b.op != "weight" for b in rest):
+        return None
+    _, stride, pad, dil, kern, cout = _conv_geometry(
+        "conv", [s.shape for s in node.srcs], node.attrs
+    )
+    groups = node.attrs["groups"]
+    n, c = x.shape[:2]
+    if groups == c and groups >= 2 and w.shape[1] == 1:
+        return None  # depthwise: the compiled depthwise kernel serves it
+    if not windows_ready():
+        return None
+    (top, bottom), (left, right) = pad
+    xp_shape = (n, c, x.shape[2] + top + bottom, x.shape[3] + left + right)
+    wmat = np.asarray(w.value, np.float16).reshape(groups, cout // groups, -1)
+    if n > 1:
+        wmat = np.tile(wmat, (n, 1, 1))
+    product = prepare_windows(wmat, xp_shape, kern, stride, dil, groups)
+    if product is None:
+        return None
+    padded = any(p != (0, 0) for p in pad)
+    bias = np.asarray(rest[0].value, np.float16).reshape(-1, 1, 1) if rest else None
+    shape = node.shape
+
+    def run(xv, *weights):
+        y = product(_zero_padded(xv, pad) if padded else xv).reshape(shape)
+        if bias is None:
+            return y
+        out = bias_add_fast(y, bias)
+        return _add_fp16(y, bias) if out is None else out
+
+    return run
