@@ -61,10 +61,19 @@ def test_a_shufflenet_layer_is_prepared_and_runs_twice_alike():
     assert_same_bits(first, fp16_kernel()(node, [x, *weights]))
 
 
-def test_it_declines_depthwise_one_d_and_computed_weights():
-    rng = np.random.default_rng(8)
-    depthwise, _ = _conv_node(rng, 1, 8, 8, (12, 12), (3, 3), 8, 1, 1, 1, False)
-    assert prepare(depthwise) is None  # the compiled depthwise kernel serves it
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_depthwise_convolution_is_prepared_on_its_own_kernel(stride):
+    rng = np.random.default_rng(stride)
+    node, weights = _conv_node(rng, 2, 24, 24, (15, 13), (3, 3), 24, stride, 1, 1, True)
+    run = prepare(node)
+    assert run is not None
+    x = rng.standard_normal(node.srcs[0].shape).astype(np.float16)
+    got = run(x, *weights)
+    assert_same_bits(got, fp16_kernel()(node, [x, *weights]))
+    assert_same_bits(got, fp16_kernel(fast=False)(node, [x, *weights]))
+
+
+def test_it_declines_one_d_convolutions_computed_weights_and_other_ops():
     x1 = af.input((1, 4, 32), name="x")
     assert prepare(af.conv(x1, np.ones((8, 4, 3), np.float16))) is None
     x, w = af.input((1, 4, 16, 16), name="x"), af.input((8, 4, 3, 3), name="w")

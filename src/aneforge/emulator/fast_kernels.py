@@ -366,33 +366,48 @@ def batch_norm_fast(inputs, attrs):
 _dw_state: dict = {"ok": None, "error": None}
 
 
-def _run_depthwise(inputs, attrs):
-    """The compiled depthwise convolution without the check; None when not one."""
-    x, w = inputs[0], inputs[1]
-    groups = attrs.get("groups", 1)
-    if not (isinstance(x, np.ndarray) and isinstance(w, np.ndarray)):
+def prepare_depthwise(x_shape, w, bias, attrs):
+    """The part of the compiled depthwise convolution that depends on the weights and
+    the input's shape only, done once: None where it does not apply (not a depthwise
+    2-D convolution of fp16 weights), else ``run(x)``, the result for any fp16 ``x`` of
+    shape ``x_shape``. ``bias`` is None or the (C,) bias. Without the first-use check
+    (:func:`depthwise_conv_fast` makes it)."""
+    if not isinstance(w, np.ndarray) or len(x_shape) != 4 or w.ndim != 4:
         return None
-    if x.ndim != 4 or w.ndim != 4 or x.dtype != np.float16 or w.dtype != np.float16:
+    n, c = x_shape[0], x_shape[1]
+    if w.dtype != np.float16 or attrs.get("groups", 1) != c or c < 2 or w.shape[:2] != (c, 1):
         return None
-    c = x.shape[1]
-    if groups != c or groups < 2 or w.shape[:2] != (c, 1):
-        return None
-    nd, stride, pad, dil, kern, _ = _conv_geometry("conv", [a.shape for a in inputs], attrs)
+    shapes = [tuple(x_shape), w.shape] + ([np.shape(bias)] if bias is not None else [])
+    nd, stride, pad, dil, kern, _ = _conv_geometry("conv", shapes, attrs)
     (top, bottom), (left, right) = pad
-    hp, wp = x.shape[2] + top + bottom, x.shape[3] + left + right
+    hp, wp = x_shape[2] + top + bottom, x_shape[3] + left + right
     ho = (hp - (kern[0] - 1) * dil[0] - 1) // stride[0] + 1
     wo = (wp - (kern[1] - 1) * dil[1] - 1) // stride[1] + 1
-    if ho < 1 or wo < 1 or x.size == 0:
+    if ho < 1 or wo < 1 or 0 in x_shape:
         return None
-    has_bias = len(inputs) == 3
-    bias = inputs[2].astype(np.float32) if has_bias else np.zeros(c, np.float32)
-    chunks = min(x.shape[0] * c, 8 * _gemm.numba.get_num_threads())
-    geo = np.array([*stride, *dil, int(has_bias), top, left, hp, wp, chunks], np.int64)
-    out = np.empty((x.shape[0], c, ho, wo), np.uint16)
+    b32 = np.zeros(c, np.float32) if bias is None else np.asarray(bias).astype(np.float32)
     taps = np.ascontiguousarray(w.reshape(c, *kern).astype(np.float32))
-    x16 = np.ascontiguousarray(x).view(np.uint16)
-    _gemm.parallel_launch(_dw_jit, x16, taps, bias, geo, out)
-    return out.view(np.float16)
+    fixed = [*stride, *dil, int(bias is not None), top, left, hp, wp]
+
+    def run(x):
+        chunks = min(n * c, 8 * _gemm.numba.get_num_threads())
+        geo = np.array([*fixed, chunks], np.int64)
+        out = np.empty((n, c, ho, wo), np.uint16)
+        x16 = np.ascontiguousarray(x).view(np.uint16)
+        _gemm.parallel_launch(_dw_jit, x16, taps, b32, geo, out)
+        return out.view(np.float16)
+
+    return run
+
+
+def _run_depthwise(inputs, attrs):
+    """The compiled depthwise convolution without the check; None when not one."""
+    x = inputs[0]
+    if not isinstance(x, np.ndarray) or x.ndim != 4 or x.dtype != np.float16:
+        return None
+    bias = inputs[2] if len(inputs) == 3 else None
+    run = prepare_depthwise(x.shape, inputs[1], bias, attrs)
+    return None if run is None else run(x)
 
 
 def _dw_probe():
@@ -419,15 +434,21 @@ def _ensure_depthwise() -> bool:
     return _checked_once(_dw_state, _depthwise_matches)
 
 
+def depthwise_ready() -> bool:
+    """Whether the compiled depthwise kernel can run here (compiled and checked on the
+    first call); False, with one ``FastPathWarning`` per process saying why, else."""
+    if not _ensure_depthwise():
+        _gemm.warn_fallback("depthwise conv", _dw_state["error"] or "it was switched off")
+        return False
+    return True
+
+
 def depthwise_conv_fast(inputs, attrs):
     """A depthwise ``conv`` (groups = channels, one output channel each, NCHW) with the
     bits of the op's own kernel under the generic numerics, or None when it is not one
     or the compiled kernel cannot be used here (then one
     :class:`~aneforge.emulator.gemm.FastPathWarning` per process says why)."""
-    if attrs.get("groups", 1) < 2:
-        return None
-    if not _ensure_depthwise():
-        _gemm.warn_fallback("depthwise conv", _dw_state["error"] or "it was switched off")
+    if attrs.get("groups", 1) < 2 or not depthwise_ready():
         return None
     return _run_depthwise(inputs, attrs)
 

@@ -10,9 +10,10 @@ plan then calls the generic kernel, :func:`aneforge.emulator.interpreter.fp16_ke
 
 It prepares a 2-D convolution under the generic numerics whose weights (and bias) are
 weight nodes and whose product the gathered-windows GEMM serves
-(:func:`~aneforge.emulator.windows.prepare_windows`); a depthwise convolution keeps its
-own compiled kernel. The runner ignores the weight arrays it is handed: they are the
-nodes' values, read once here.
+(:func:`~aneforge.emulator.windows.prepare_windows`), or a depthwise one the compiled
+depthwise kernel serves (:func:`~aneforge.emulator.fast_kernels.prepare_depthwise`). The
+runner ignores the weight arrays it is handed: they are the nodes' values, read once
+here.
 
 Example:
     >>> import numpy as np, aneforge as af
@@ -28,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.ops.contraction import _add_fp16, _conv_geometry, _zero_padded
-from .fast_kernels import bias_add_fast
+from .fast_kernels import bias_add_fast, depthwise_ready, prepare_depthwise
 from .windows import prepare_windows, windows_ready
 
 __all__ = ["prepare"]
@@ -48,8 +49,12 @@ def prepare(node):
     )
     groups = node.attrs["groups"]
     n, c = x.shape[:2]
-    if groups == c and groups >= 2 and w.shape[1] == 1:
-        return None  # depthwise: the compiled depthwise kernel serves it
+    bias = np.asarray(rest[0].value, np.float16) if rest else None
+    if groups == c and groups >= 2 and w.shape[1] == 1:  # depthwise: its own kernel
+        if not depthwise_ready():
+            return None
+        conv = prepare_depthwise(x.shape, np.asarray(w.value, np.float16), bias, node.attrs)
+        return None if conv is None else (lambda xv, *weights: conv(xv))
     if not windows_ready():
         return None
     (top, bottom), (left, right) = pad
@@ -61,7 +66,7 @@ def prepare(node):
     if product is None:
         return None
     padded = any(p != (0, 0) for p in pad)
-    bias = np.asarray(rest[0].value, np.float16).reshape(-1, 1, 1) if rest else None
+    bias = None if bias is None else bias.reshape(-1, 1, 1)
     shape = node.shape
 
     def run(xv, *weights):
