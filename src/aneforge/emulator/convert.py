@@ -16,7 +16,7 @@ kernel loads it): a program run on the NumPy reference device never imports numb
 Example:
     >>> import numpy as np
     >>> got = to_fp16(np.full(5000, 0.1, np.float32))
-    >>> got is None or got.view(np.uint16)[0] == 0x2E66
+    >>> got is None or bool(got.view(np.uint16)[0] == 0x2E66)
     True
 """
 
