@@ -66,10 +66,7 @@ def _define() -> None:
         if _jit is not None:
             return
         numba = _gemm.numba
-        try:
-            _jit = numba.njit(parallel=True, nogil=True, cache=not _fk._FORCE_PORTABLE)(_convert_py)
-        except Exception:  # no writable cache location: compile per process instead
-            _jit = numba.njit(parallel=True, nogil=True)(_convert_py)
+        _jit = _gemm.jit_kernel(_convert_py, parallel=True)
 
 
 def _run(arr: np.ndarray) -> tuple[np.ndarray, bool]:

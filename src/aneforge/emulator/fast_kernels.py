@@ -30,7 +30,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -54,7 +53,6 @@ __all__ = [
     "depthwise_conv_fast",
 ]
 
-_FORCE_PORTABLE = os.environ.get(_gemm._PORTABLE_ENV, "") not in ("", "0")
 _SERIAL_ELEMENTS = 1 << 14  # below this, waking the thread pool costs more (as PARALLEL_WORK)
 _DW_BLOCK = 2048  # sums a depthwise tap's run covers: 8 KiB of float32, in L1 with its plane
 _load_lock = threading.Lock()
@@ -92,15 +90,9 @@ def _define_kernels() -> None:
     # the fp16 conversions are the gemm module's intrinsics (it defined them first)
     _h2f, _r16, _f32_to_f16_bits = _gemm._h2f, _gemm._r16, _gemm._f32_to_f16_bits
 
-    _cache = not _FORCE_PORTABLE
-    try:
-        _bn_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_bn_kernel_py)
-        _dw_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_dw_kernel_py)
-        _bias_jit = numba.njit(parallel=True, nogil=True, cache=_cache)(_bias_kernel_py)
-    except Exception:  # no writable cache location: compile per process instead
-        _bn_jit = numba.njit(parallel=True, nogil=True)(_bn_kernel_py)
-        _dw_jit = numba.njit(parallel=True, nogil=True)(_dw_kernel_py)
-        _bias_jit = numba.njit(parallel=True, nogil=True)(_bias_kernel_py)
+    _bn_jit = _gemm.jit_kernel(_bn_kernel_py, parallel=True)
+    _dw_jit = _gemm.jit_kernel(_dw_kernel_py, parallel=True)
+    _bias_jit = _gemm.jit_kernel(_bias_kernel_py, parallel=True)
 
 
 def _dw_kernel_py(x, w, bias, geo, out):

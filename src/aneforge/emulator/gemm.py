@@ -382,12 +382,19 @@ def _define_kernels() -> None:
     _edge_list = tile(False, _F32_ROWS, 1, listed=True)
     _edge_list_magic = tile(True, True, 1, listed=True) if _MAGIC else _edge_list
 
+    _jit = jit_kernel(_kernel_py, parallel=True)
+    _pack_jit = jit_kernel(panels_mod.pack_transposed_py)
+
+
+def jit_kernel(fn, parallel: bool = False):
+    """``fn`` as a numba kernel (nogil; ``parallel`` for prange), its machine code cached
+    on disk across processes (not under the portable switch, whose code differs); without
+    a writable cache location, compiled once per process instead. load_numba() must have
+    succeeded."""
     try:
-        _jit = numba.njit(parallel=True, nogil=True, cache=not _FORCE_PORTABLE)(_kernel_py)
-        _pack_jit = numba.njit(nogil=True, cache=not _FORCE_PORTABLE)(panels_mod.pack_transposed_py)
+        return numba.njit(parallel=parallel, nogil=True, cache=not _FORCE_PORTABLE)(fn)
     except Exception:  # no writable cache location: compile per process instead
-        _jit = numba.njit(parallel=True, nogil=True)(_kernel_py)
-        _pack_jit = numba.njit(nogil=True)(panels_mod.pack_transposed_py)
+        return numba.njit(parallel=parallel, nogil=True)(fn)
 
 
 def _kernel_py(a, panels, words, out, mc, pc, magic, skip_zeros):

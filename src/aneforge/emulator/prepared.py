@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph.ops.contraction import _add_fp16, _conv_geometry, _zero_padded
+from ..graph.arith import Arith
+from ..graph.ops.contraction import _bias_adder, _conv_geometry, _zero_padded
 from .fast_kernels import bias_add_fast, depthwise_ready, prepare_depthwise
 from .windows import prepare_windows, windows_ready
 
@@ -50,11 +51,11 @@ def prepare(node):
     groups = node.attrs["groups"]
     n, c = x.shape[:2]
     bias = np.asarray(rest[0].value, np.float16) if rest else None
-    if groups == c and groups >= 2 and w.shape[1] == 1:  # depthwise: its own kernel
-        if not depthwise_ready():
-            return None
+    # the generic kernel's order: the depthwise kernel where it applies, else the windows
+    if groups >= 2 and depthwise_ready():
         conv = prepare_depthwise(x.shape, np.asarray(w.value, np.float16), bias, node.attrs)
-        return None if conv is None else (lambda xv, *weights: conv(xv))
+        if conv is not None:
+            return lambda xv, *weights: conv(xv)
     if not windows_ready():
         return None
     (top, bottom), (left, right) = pad
@@ -67,13 +68,11 @@ def prepare(node):
         return None
     padded = any(p != (0, 0) for p in pad)
     bias = None if bias is None else bias.reshape(-1, 1, 1)
+    add_bias = _bias_adder(Arith.generic(bias=bias_add_fast))  # the conv op's own bias add
     shape = node.shape
 
     def run(xv, *weights):
         y = product(_zero_padded(xv, pad) if padded else xv).reshape(shape)
-        if bias is None:
-            return y
-        out = bias_add_fast(y, bias)
-        return _add_fp16(y, bias) if out is None else out
+        return y if bias is None else add_bias(y, bias)
 
     return run

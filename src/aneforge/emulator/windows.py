@@ -27,11 +27,7 @@ def _load() -> None:
     if _windows_jit is not None:
         return
     numba = _gemm.numba
-    cache = not _gemm._FORCE_PORTABLE
-    try:
-        _windows_jit = numba.njit(parallel=True, nogil=True, cache=cache)(_pack_windows_py)
-    except Exception:  # no writable cache location: compile per process instead
-        _windows_jit = numba.njit(parallel=True, nogil=True)(_pack_windows_py)
+    _windows_jit = _gemm.jit_kernel(_pack_windows_py, parallel=True)
 
 
 def _pack_windows_py(xp, panels, geo):
