@@ -14,6 +14,10 @@ them so the arithmetic contract (``docs/numerics.md``) lives in one place.
   more than ``route`` terms into chunks first; ``wide`` (the precision tuner's
   fp32-faithful reference) takes the matmul's wide accumulator instead: one float32
   running sum in the same order.
+- :func:`extreme` is the max / min of amax, amin and max_pool: IEEE 754-2019's
+  ``maximum`` / ``minimum``, so the result does not depend on the order of the terms
+  (NumPy's float16 reduction keeps the first of two equal zeros, its float32 and float64
+  ones the last, and the order a reduction visits its terms is NumPy's choice).
 
 Example:
     >>> import numpy as np
@@ -53,6 +57,30 @@ def fp16_values(x) -> np.ndarray:
         0.0999755859375
     """
     return np.asarray(round_fp16(x), dtype=np.float64)
+
+
+def extreme(x, axis, largest: bool = True) -> np.ndarray:
+    """The largest (``largest``) or smallest value of ``x`` over ``axis`` (an int or a
+    tuple), as IEEE 754-2019 ``maximum`` / ``minimum``: NaN propagates, and a zero
+    result is +0 for a max when any of its zeros is +0, -0 for a min when any is -0,
+    whatever the order of the terms.
+
+    Example:
+        >>> import numpy as np
+        >>> x = np.array([-0.0, 0.0, -1.0], np.float16)
+        >>> [float(extreme(x, 0)), float(extreme(x, 0, largest=False))]
+        [0.0, -1.0]
+        >>> bool(np.signbit(extreme(np.array([0.0, -0.0], np.float16), 0, largest=False)))
+        True
+    """
+    x = np.asarray(x)
+    out = np.asarray(np.max(x, axis=axis) if largest else np.min(x, axis=axis))
+    zero = out == 0
+    if zero.any():  # the sign of a zero result: does any term have the winning sign?
+        wins = (x == 0) & (np.signbit(x) != largest)
+        signed = np.any(wins, axis=axis) != largest
+        out = np.where(zero, np.where(signed, -np.zeros((), x.dtype), np.zeros((), x.dtype)), out)
+    return out
 
 
 def exact(x: np.ndarray) -> np.ndarray:

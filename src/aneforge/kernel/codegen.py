@@ -26,7 +26,8 @@ reference interpreter (:mod:`aneforge.kernel.interpret`), obtained in float32:
   :class:`Unsupported`;
 - comparisons give exact 1.0 / 0.0, ``max`` / ``min`` NumPy's scalar semantics
   (:mod:`aneforge.kernel.jitlib`), stores round to the buffer's dtype, an accumulating
-  store applies its op in the destination's precision;
+  store applies its op in the destination's precision (a max or min by IEEE 754-2019's
+  order-free rule, as amax, amin and max_pool define it);
 - scope bodies are hoisted before their statement (they always run, as the IR says),
   ``Where`` / ``And`` / ``Or`` evaluate only the arm they take.
 
@@ -593,10 +594,10 @@ class _Gen:
 
     def combine(self, op: str, old: str, dtype: str, new: str, cls: str):
         """``op(old, new)`` in the destination's precision (fp16 or float32)."""
-        if op in ("max", "min"):
+        if op in ("max", "min"):  # a reduction's step: order-free (jitlib's rmax / rmin)
             if cls == D:
-                return f"J.v{op}(np.float64({old}), {new})", D
-            return f"J.v{op}({old}, np.float32({new}))", F if dtype == "fp32" else cls
+                return f"J.r{op}(np.float64({old}), {new})", D
+            return f"J.r{op}({old}, np.float32({new}))", F if dtype == "fp32" else cls
         if op not in _ARITH:
             raise Unsupported(f"accumulation by {op}")
         sym = _ARITH[op]

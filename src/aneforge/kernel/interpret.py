@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputError, ShapeError
+from ..graph.fp16 import extreme
 from ..graph.registry import get_op
 from .ir import (
     DTYPES,
@@ -249,6 +250,8 @@ class _Machine:
     def _accumulate(self, op: str, old: float, new: float) -> float:
         spec = SCALAR_OPS[op]
         self.run.flops += spec.flops
+        if op in ("max", "min"):  # a reduction's step: the order-free rule of amax / amin
+            return float(extreme(np.array([old, new]), 0, largest=op == "max"))
         with np.errstate(all="ignore"):
             return float(spec.fn(np.float64(old), np.float64(new)))
 

@@ -11,7 +11,11 @@ value is exact there, and so is a float32 accumulator. They call:
 - ``vmax(a, b)`` / ``vmin(a, b)``: NumPy's ``maximum`` / ``minimum`` of two scalars,
   NaN propagating, and on equal operands (``-0.0`` vs ``+0.0``) the operand NumPy
   returns on this machine (:func:`numpy_tie_modes` probes it; the modes are constants
-  of the generated source).
+  of the generated source): the elementwise ops, which the emulator runs in float64;
+- ``rmax(a, b)`` / ``rmin(a, b)``: one step of a max / min reduction (amax, amin,
+  max_pool), IEEE 754-2019's ``maximum`` / ``minimum`` as
+  :func:`aneforge.graph.fp16.extreme` defines it: NaN propagating, +0 winning a max's
+  tie with -0 and -0 a min's, so the order of the terms does not matter.
 
 The fp16 conversions are those of the emulator's compiled kernels
 (:mod:`aneforge.emulator.fast_kernels`: LLVM ``half`` where the target converts without
@@ -38,7 +42,7 @@ __all__ = ["TIE_MODES", "load", "numpy_tie_modes"]
 #: What a tie mode returns for equal operands: the first, the second, +0.0 or -0.0.
 TIE_MODES = ("first", "second", "positive", "negative")
 
-h2f = f2h = r16 = r16d = vmax = vmin = None
+h2f = f2h = r16 = r16d = vmax = vmin = rmax = rmin = None
 _lock = threading.Lock()
 _loaded = False
 
@@ -65,7 +69,7 @@ def numpy_tie_modes() -> dict[str, int]:
 def load() -> bool:
     """Import numba (through the emulator's one import decision) and define the
     helpers, once; False when numba is not available here."""
-    global h2f, f2h, r16, r16d, vmax, vmin, _loaded
+    global h2f, f2h, r16, r16d, vmax, vmin, rmax, rmin, _loaded
     with _lock:
         if _loaded:
             return True
@@ -129,7 +133,22 @@ def load() -> bool:
 
             return pick
 
+        def reduction(bigger: bool):
+            @jit
+            def step(a, b):
+                # one select (NaN in a kept; NaN in b fails the test), so loops vectorize
+                if bigger:
+                    r = a if (a > b or a != a) else b
+                else:
+                    r = a if (a < b or a != a) else b
+                if a == 0 and b == 0:  # two zeros: +0 wins a max, -0 a min
+                    r = a + b if bigger else -(-a - b)
+                return r
+
+            return step
+
         r16d = _r16d
         vmax, vmin = make(True, modes["max"]), make(False, modes["min"])
+        rmax, rmin = reduction(True), reduction(False)
         _loaded = True
     return True

@@ -37,7 +37,7 @@ from ..facts import (
     nonnegative,
     prod,
 )
-from ..fp16 import FP16_MAX, narrow_sum, round_fp16
+from ..fp16 import FP16_MAX, extreme, narrow_sum, round_fp16
 from ..ranges import Interval, copies_sum, same, softmax_sum_bounds, sum_nan
 from ..registry import bool_attr, int_attr, ints_attr, register
 from .common import fused_op, norm_axes, norm_axis, same_shape
@@ -98,6 +98,14 @@ def _exact_reduction(fn, name):
     return run
 
 
+def _largest(x, axis):
+    return extreme(x, axis, largest=True)
+
+
+def _smallest(x, axis):
+    return extreme(x, axis, largest=False)
+
+
 def _exact_emulation(fn, name):
     def run(inputs, attrs, arith=None):
         x = inputs[0]
@@ -155,8 +163,8 @@ _REDUCTIONS = {
     ),
     "mean": (_mean_emulate, _exact_reduction(np.mean, "mean"), "narrow sum / count", _mean_range),
     # every output is one of the input's values
-    "amax": (_exact_emulation(np.max, "amax"), _exact_reduction(np.max, "amax"), "max", same),
-    "amin": (_exact_emulation(np.min, "amin"), _exact_reduction(np.min, "amin"), "min", same),
+    "amax": (_exact_emulation(_largest, "amax"), _exact_reduction(np.max, "amax"), "max", same),
+    "amin": (_exact_emulation(_smallest, "amin"), _exact_reduction(np.min, "amin"), "min", same),
 }
 
 

@@ -1,10 +1,12 @@
 """Pooling (max_pool, avg_pool) and upsampling (nearest, bilinear) over N-C-(H)-W.
 
-Emulator contract: max_pool is exact. avg_pool adds each window's values in (row,
-column) order with the narrow fp16 accumulator and divides by the count of non-pad
-elements (or the full window with ``count_include_pad=True``), rounded once. Nearest
-upsampling copies. Bilinear upsampling computes each output as the weighted sum of its
-neighbours in float64 and rounds once; ``align_corners=False`` is the half-pixel rule.
+Emulator contract: max_pool is exact, IEEE 754-2019's ``maximum`` over each window (NaN
+propagates, +0 wins a tie with -0: :func:`~aneforge.graph.fp16.extreme`). avg_pool adds
+each window's values in (row, column) order with the narrow fp16 accumulator and
+divides by the count of non-pad elements (or the full window with
+``count_include_pad=True``), rounded once. Nearest upsampling copies. Bilinear
+upsampling computes each output as the weighted sum of its neighbours in float64 and
+rounds once; ``align_corners=False`` is the half-pixel rule.
 
 Range rules (:mod:`aneforge.graph.ranges`): max_pool and nearest upsampling return input
 values (every max_pool window holds at least one input element, as the padding is
@@ -32,7 +34,7 @@ from ..facts import (
     first_source,
     prod,
 )
-from ..fp16 import FP16_MAX, round_fp16
+from ..fp16 import FP16_MAX, extreme, round_fp16
 from ..ranges import Interval, copies_sum, monotone, same
 from ..registry import arg_name, bool_attr, choice_attr, ints_attr, register
 from .common import fused_op, pads, spatial_tuple
@@ -115,7 +117,7 @@ def _pool_run(op, x, attrs, reduce_windows):
 
 
 def _max_windows(x, kern, stride, pad):
-    return _windows(x, kern, stride, pad, -np.inf).max(axis=(-2, -1))
+    return extreme(_windows(x, kern, stride, pad, -np.inf), (-2, -1))
 
 
 def _counts(x, kern, stride, pad, include_pad):
