@@ -1,10 +1,12 @@
-"""Compiled kernels for hot elementwise ops, bit-identical to the ops' own emulate kernels.
+"""Compiled kernels for hot elementwise ops, bit-identical to the ops' own emulate kernels,
+and the registry of every op-by-op compiled kernel.
 
 ``FAST_KERNELS`` maps an op name to ``fn(inputs, attrs)``, which returns the op's fp16
 result, or ``None`` when it does not apply (numba missing, the compiled kernel failed to
 compile or its first-use check, an input it does not handle); the caller then runs the
 op's own kernel. A kernel that cannot load says why once per process with a
-:class:`~aneforge.emulator.gemm.FastPathWarning`.
+:class:`~aneforge.emulator.gemm.FastPathWarning`. The depthwise convolution's kernel
+lives with the pools' in :mod:`aneforge.emulator.plane_kernels`.
 
 batch_norm follows :func:`aneforge.graph.ops.norm._batch_norm_emulate` step for step:
 per channel ``r = fp16(rsqrt(fp16(var + fp16(eps))))`` is computed on the host exactly as
@@ -34,11 +36,10 @@ import threading
 
 import numpy as np
 
-from ..graph.arith import Arith
 from ..graph.fp16 import round_fp16
-from ..graph.ops.contraction import _conv_emulate, _conv_geometry
 from ..graph.ops.norm import _batch_norm_emulate
 from . import gemm as _gemm
+from .plane_kernels import depthwise_conv_fast
 
 # numba as the gemm module imports it (_gemm.load_numba(), on first use; None until then
 # and when it cannot): one import decision for every compiled kernel, so this module
@@ -54,14 +55,13 @@ __all__ = [
 ]
 
 _SERIAL_ELEMENTS = 1 << 14  # below this, waking the thread pool costs more (as PARALLEL_WORK)
-_DW_BLOCK = 2048  # sums a depthwise tap's run covers: 8 KiB of float32, in L1 with its plane
 _load_lock = threading.Lock()
 
 
-# Set by _define_kernels once numba has imported: the compiled (parallel) _bn_kernel_py,
-# _dw_kernel_py and _bias_kernel_py; a small problem runs them on one thread
+# Set by _define_kernels once numba has imported: the compiled (parallel) _bn_kernel_py
+# and _bias_kernel_py; a small problem runs them on one thread
 # (gemm.parallel_launch), so no serial twin is compiled.
-_h2f = _r16 = _f32_to_f16_bits = _bn_jit = _dw_jit = _bias_jit = None
+_h2f = _r16 = _f32_to_f16_bits = _bn_jit = _bias_jit = None
 
 
 def _bn(*args, serial=False):
@@ -85,102 +85,13 @@ def _load() -> bool:
 
 def _define_kernels() -> None:
     """Define the numba intrinsics and the kernels (each compiled on its first call)."""
-    global _h2f, _r16, _f32_to_f16_bits, _bn_jit, _dw_jit, _bias_jit
+    global _h2f, _r16, _f32_to_f16_bits, _bn_jit, _bias_jit
 
     # the fp16 conversions are the gemm module's intrinsics (it defined them first)
     _h2f, _r16, _f32_to_f16_bits = _gemm._h2f, _gemm._r16, _gemm._f32_to_f16_bits
 
     _bn_jit = _gemm.jit_kernel(_bn_kernel_py, parallel=True)
-    _dw_jit = _gemm.jit_kernel(_dw_kernel_py, parallel=True)
     _bias_jit = _gemm.jit_kernel(_bias_kernel_py, parallel=True)
-
-
-def _dw_kernel_py(x, w, bias, geo, out):
-    """Depthwise convolution under the matmul contract, one image channel per task.
-
-    ``x`` is the (N, C, H, W) input as uint16 fp16 bits, ``w`` the (C, kh, kw) taps and
-    ``bias`` (C,) as float32 holding fp16 values, ``geo`` ``(sh, sw, dh, dw, bias, top,
-    left, Hp, Wp, chunks)``: strides, dilations, 1 when there is a bias, the zero padding
-    before the rows and columns, the padded size and the number of tasks (each a run of
-    image channels); ``out`` (N, C, Ho, Wo) uint16. Each
-    output's float32 sum takes its taps in (kh, kw) order, padding zeros included, each
-    product rounded to fp16, as the GEMM does.
-
-    A task first decodes its channel's padded plane to float32, split into ``sh * sw``
-    phases (phase (rh, ph) holds rows rh, rh + sh, ... and columns ph, ph + sw, ...), so
-    output (ho, j) takes tap (i, t) from phase ((i * dh) % sh, (t * dw) % sw) at row
-    ho + (i * dh) // sh, cell j + (t * dw) // sw: consecutive output rows and columns
-    read consecutive rows and cells of one phase at any stride. A tap is then one long
-    run over a block of output rows laid out on the phase's row pitch (the few cells
-    between output rows are summed too, then dropped); the runs vectorize.
-    """
-    n, c, ho_n, wo_n = out.shape
-    h, wd = x.shape[2], x.shape[3]
-    kh, kw = w.shape[1], w.shape[2]
-    sh, sw, dh, dw, has_bias = geo[0], geo[1], geo[2], geo[3], geo[4]
-    top, left, hp, wp = geo[5], geo[6], geo[7], geo[8]
-    pitch = (wp + sw - 1) // sw  # cells per row of one phase
-    tall = (hp + sh - 1) // sh  # rows of one phase
-    block = max(1, _DW_BLOCK // pitch)  # output rows a run covers
-    # per column phase ph: its first cell inside the input, how many follow, and the
-    # input column of the first (the same on every row, so no division per row)
-    cells = np.zeros((sw, 3), np.int64)
-    for ph in range(sw):
-        s0 = 0 if ph >= left else (left - ph + sw - 1) // sw
-        s1 = min(pitch, (wd - 1 + left - ph) // sw + 1) if wd - 1 + left >= ph else 0
-        cells[ph, 0], cells[ph, 1], cells[ph, 2] = s0, max(0, s1 - s0), s0 * sw + ph - left
-    r_first, r_last = max(0, top), min(hp, top + h)  # the padded rows that hold input
-    chunks = geo[9]  # a task takes a chunk of channels, so its buffers are allocated once
-    for chunk in numba.prange(chunks):
-        plane = np.zeros(sh * sw * tall * pitch, np.float32)  # the padding cells stay +0.0
-        line = np.empty(wd, np.float32)
-        acc = np.empty(block * pitch, np.float32)
-        for task in range(chunk * (n * c) // chunks, (chunk + 1) * (n * c) // chunks):
-            z = task // c
-            ch = task - z * c
-            src = x[z, ch]
-            # unsigned indices throughout: no wraparound checks, so the runs vectorize
-            rh, q = r_first % sh, r_first // sh  # padded row r is row q of row phase rh
-            for r in range(r_first, r_last):
-                row = src[r - top]
-                if sw == 1:  # one column phase: decoded straight into it
-                    at = np.uintp((rh * tall + q) * pitch + cells[0, 0])
-                    u0 = np.uintp(cells[0, 2])
-                    for k in range(cells[0, 1]):
-                        plane[at + np.uintp(k)] = _h2f(row[u0 + np.uintp(k)])
-                else:
-                    for u in range(wd):  # decoded in one contiguous pass, then dealt
-                        line[np.uintp(u)] = _h2f(row[np.uintp(u)])
-                    for ph in range(sw):
-                        at = np.uintp(((rh * sw + ph) * tall + q) * pitch + cells[ph, 0])
-                        u0 = np.uintp(cells[ph, 2])
-                        for k in range(cells[ph, 1]):
-                            plane[at + np.uintp(k)] = line[u0 + np.uintp(k * sw)]
-                rh += 1
-                if rh == sh:
-                    rh, q = 0, q + 1
-            for r0 in range(0, ho_n, block):
-                rows = min(block, ho_n - r0)
-                span = (rows - 1) * pitch + wo_n
-                for f in range(span):
-                    acc[np.uintp(f)] = np.float32(0.0)
-                for i in range(kh):
-                    rh = (i * dh) % sh
-                    q = r0 + (i * dh) // sh  # the phase row output row r0 reads
-                    for t in range(kw):
-                        wv = w[ch, i, t]
-                        ph = rh * sw + (t * dw) % sw
-                        base = np.uintp((ph * tall + q) * pitch + (t * dw) // sw)
-                        for f in range(span):
-                            g = np.uintp(f)
-                            acc[g] = acc[g] + _r16(plane[base + g] * wv)
-                # -0.0 without a bias: adding it leaves every value's bits, -0.0 included
-                bc = bias[ch] if has_bias else np.float32(-0.0)
-                for r in range(rows):
-                    dst = out[z, ch, r0 + r]
-                    at = np.uintp(r * pitch)
-                    for j in range(wo_n):
-                        dst[np.uintp(j)] = _f32_to_f16_bits(_r16(acc[at + np.uintp(j)]) + bc)
 
 
 def _bias_kernel_py(y, b, out, along_rows):
@@ -232,7 +143,6 @@ def _bn_kernel_py(x, mean, r, w, b, out, flags):
 
 # ---- batch_norm ------------------------------------------------------------------------
 
-_lock = threading.Lock()  # guards the one-time compile and check
 _state: dict = {"ok": None, "error": None}
 
 
@@ -301,24 +211,8 @@ def _probe():
 
 
 def _checked_once(state: dict, matches) -> bool:
-    """Whether a compiled kernel is usable: on the first call load numba and run
-    ``matches()`` (True when the kernel gives the reference's bits on its probe), keep
-    the answer in ``state`` (``"ok"``, and ``"error"`` saying why not) and return it."""
-    if state["ok"] is not None:
-        return state["ok"]
-    with _lock:
-        if state["ok"] is None:
-            ok = False
-            try:
-                if not _load():
-                    raise RuntimeError(f"numba could not be imported ({_gemm.NUMBA_IMPORT_ERROR})")
-                ok = bool(matches())
-                if not ok:
-                    state["error"] = "the compiled kernel disagrees with the reference"
-            except Exception as exc:  # compile failure: the op's own kernel serves
-                state["error"] = exc
-            state["ok"] = ok
-    return state["ok"]
+    """:func:`~aneforge.emulator.gemm.checked_once` with this module's kernels."""
+    return _gemm.checked_once(state, matches, _load)
 
 
 def _batch_norm_matches() -> bool:
@@ -351,98 +245,6 @@ def batch_norm_fast(inputs, attrs):
         _gemm.warn_fallback("batch_norm", _state["error"] or "it was switched off")
         return None
     return _run_batch_norm(inputs, attrs)
-
-
-# ---- depthwise convolution -------------------------------------------------------------
-
-_dw_state: dict = {"ok": None, "error": None}
-
-
-def prepare_depthwise(x_shape, w, bias, attrs):
-    """The part of the compiled depthwise convolution that depends on the weights and
-    the input's shape only, done once: None where it does not apply (not a depthwise
-    2-D convolution of fp16 weights), else ``run(x)``, the result for any fp16 ``x`` of
-    shape ``x_shape``. ``bias`` is None or the (C,) bias. Without the first-use check
-    (:func:`depthwise_conv_fast` makes it)."""
-    if not isinstance(w, np.ndarray) or len(x_shape) != 4 or w.ndim != 4:
-        return None
-    n, c = x_shape[0], x_shape[1]
-    if w.dtype != np.float16 or attrs.get("groups", 1) != c or c < 2 or w.shape[:2] != (c, 1):
-        return None
-    shapes = [tuple(x_shape), w.shape] + ([np.shape(bias)] if bias is not None else [])
-    nd, stride, pad, dil, kern, _ = _conv_geometry("conv", shapes, attrs)
-    (top, bottom), (left, right) = pad
-    hp, wp = x_shape[2] + top + bottom, x_shape[3] + left + right
-    ho = (hp - (kern[0] - 1) * dil[0] - 1) // stride[0] + 1
-    wo = (wp - (kern[1] - 1) * dil[1] - 1) // stride[1] + 1
-    if ho < 1 or wo < 1 or 0 in x_shape:
-        return None
-    b32 = np.zeros(c, np.float32) if bias is None else np.asarray(bias).astype(np.float32)
-    taps = np.ascontiguousarray(w.reshape(c, *kern).astype(np.float32))
-    fixed = [*stride, *dil, int(bias is not None), top, left, hp, wp]
-
-    def run(x):
-        chunks = min(n * c, 8 * _gemm.numba.get_num_threads())
-        geo = np.array([*fixed, chunks], np.int64)
-        out = np.empty((n, c, ho, wo), np.uint16)
-        x16 = np.ascontiguousarray(x).view(np.uint16)
-        _gemm.parallel_launch(_dw_jit, x16, taps, b32, geo, out)
-        return out.view(np.float16)
-
-    return run
-
-
-def _run_depthwise(inputs, attrs):
-    """The compiled depthwise convolution without the check; None when not one."""
-    x = inputs[0]
-    if not isinstance(x, np.ndarray) or x.ndim != 4 or x.dtype != np.float16:
-        return None
-    bias = inputs[2] if len(inputs) == 3 else None
-    run = prepare_depthwise(x.shape, inputs[1], bias, attrs)
-    return None if run is None else run(x)
-
-
-def _dw_probe():
-    """Padding, stride 2, dilation, a bias; ties, subnormal products, inf and NaN."""
-    rng = np.random.default_rng(20240613)
-    x = (rng.standard_normal((2, 3, 9, 11)) * 4).astype(np.float16)
-    x[0, 0, 0, :4] = [np.inf, -0.0, 6e-8, np.nan]
-    w = (rng.standard_normal((3, 1, 3, 2)) * 2).astype(np.float16)
-    w[1, 0, 0, 0] = 1.5
-    b = rng.standard_normal(3).astype(np.float16)
-    attrs = {"groups": 3, "stride": (2, 1), "dilation": (1, 2), "pad": (1, 1, 2, 0)}
-    return [x, w, b], attrs
-
-
-def _depthwise_matches() -> bool:
-    inputs, attrs = _dw_probe()
-    want = _conv_emulate(inputs, attrs, Arith.generic(_gemm.gemm_reference))
-    got = _run_depthwise(inputs, attrs)
-    return got is not None and _gemm._same_bits(got, np.asarray(want, np.float16))
-
-
-def _ensure_depthwise() -> bool:
-    """Compile and check the depthwise kernel once; True when usable."""
-    return _checked_once(_dw_state, _depthwise_matches)
-
-
-def depthwise_ready() -> bool:
-    """Whether the compiled depthwise kernel can run here (compiled and checked on the
-    first call); False, with one ``FastPathWarning`` per process saying why, else."""
-    if not _ensure_depthwise():
-        _gemm.warn_fallback("depthwise conv", _dw_state["error"] or "it was switched off")
-        return False
-    return True
-
-
-def depthwise_conv_fast(inputs, attrs):
-    """A depthwise ``conv`` (groups = channels, one output channel each, NCHW) with the
-    bits of the op's own kernel under the generic numerics, or None when it is not one
-    or the compiled kernel cannot be used here (then one
-    :class:`~aneforge.emulator.gemm.FastPathWarning` per process says why)."""
-    if attrs.get("groups", 1) < 2 or not depthwise_ready():
-        return None
-    return _run_depthwise(inputs, attrs)
 
 
 # ---- a convolution's bias ---------------------------------------------------------------

@@ -147,6 +147,31 @@ def load_numba():
     return numba if NUMBA_IMPORT_ERROR is None else None
 
 
+_check_lock = threading.Lock()  # guards the one-time compile and check of every kernel
+
+
+def checked_once(state: dict, matches, load) -> bool:
+    """Whether a compiled kernel is usable: on the first call run ``load()`` (True when
+    numba imported and the kernel's module defined its kernels) and ``matches()`` (True
+    when the kernel gives the reference's bits on its probe), keep the answer in
+    ``state`` (``"ok"``, and ``"error"`` saying why not) and return it."""
+    if state["ok"] is not None:
+        return state["ok"]
+    with _check_lock:
+        if state["ok"] is None:
+            ok = False
+            try:
+                if not load():
+                    raise RuntimeError(f"numba could not be imported ({NUMBA_IMPORT_ERROR})")
+                ok = bool(matches())
+                if not ok:
+                    state["error"] = "the compiled kernel disagrees with the reference"
+            except Exception as exc:  # compile failure: the op's own kernel serves
+                state["error"] = exc
+            state["ok"] = ok
+    return state["ok"]
+
+
 _warn_lock = threading.Lock()
 _warned: set[str] = set()  # the causes already warned about in this process
 

@@ -11,9 +11,10 @@ plan then calls the generic kernel, :func:`aneforge.emulator.interpreter.fp16_ke
 It prepares a 2-D convolution under the generic numerics whose weights (and bias) are
 weight nodes and whose product the gathered-windows GEMM serves
 (:func:`~aneforge.emulator.windows.prepare_windows`), or a depthwise one the compiled
-depthwise kernel serves (:func:`~aneforge.emulator.fast_kernels.prepare_depthwise`). The
+depthwise kernel serves (:func:`~aneforge.emulator.plane_kernels.prepare_depthwise`). The
 runner ignores the weight arrays it is handed: they are the nodes' values, read once
-here.
+here. It prepares a ``max_pool`` or ``avg_pool`` the compiled pool kernel serves
+(:func:`~aneforge.emulator.plane_kernels.prepare_pool`).
 
 Example:
     >>> import numpy as np, aneforge as af
@@ -30,7 +31,9 @@ import numpy as np
 
 from ..graph.arith import Arith
 from ..graph.ops.contraction import _bias_adder, _conv_geometry, _zero_padded
-from .fast_kernels import bias_add_fast, depthwise_ready, prepare_depthwise
+from ..graph.registry import get_op
+from .fast_kernels import bias_add_fast
+from .plane_kernels import depthwise_ready, pool_ready, prepare_depthwise, prepare_pool
 from .windows import prepare_windows, windows_ready
 
 __all__ = ["prepare"]
@@ -40,6 +43,8 @@ def prepare(node):
     """A runner ``run(x, *weights) -> fp16 array`` for ``node`` with its static work done,
     bit for bit the generic fast kernel's result; None where this module does not
     prepare ``node`` (see the module docstring)."""
+    if node.op in ("max_pool", "avg_pool"):
+        return _prepare_pool(node)
     if node.op != "conv" or len(node.shape) != 4:
         return None
     x, w, *rest = node.srcs
@@ -74,5 +79,23 @@ def prepare(node):
     def run(xv, *weights):
         y = product(_zero_padded(xv, pad) if padded else xv).reshape(shape)
         return y if bias is None else add_bias(y, bias)
+
+    return run
+
+
+def _prepare_pool(node):
+    """The pool kernel's runner for pool ``node``, or None where it does not apply. The
+    kernel compiles on the runner's first call, not here: a plan is built on a
+    program's first call, which runs op by op (:mod:`aneforge.kernel.compiled`); where
+    it cannot be used, the op's own kernel serves."""
+    pool = prepare_pool(node.srcs[0].shape, node.op, node.attrs)
+    if pool is None:
+        return None
+    own = get_op(node.op).emulate
+
+    def run(xv):
+        if pool_ready():
+            return pool(xv)
+        return np.asarray(own([xv], node.attrs), np.float16)
 
     return run

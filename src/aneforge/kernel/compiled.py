@@ -3,7 +3,8 @@
 A region's :class:`RegionPlan` lowers it (:func:`aneforge.kernel.lower.lower`) with:
 
 - **host nodes**: what runs best, or only, as a whole-array kernel — the contractions
-  (the blocked fp16 GEMM, the depthwise convolution kernel), ops without a loop nest
+  (the blocked fp16 GEMM, the depthwise convolution kernel), the pools under the
+  generic numerics (:mod:`aneforge.emulator.plane_kernels`), ops without a loop nest
   or a generated rendering (cumsum, a binary op without a scalar form), and under a
   chip the nodes its numerics change (width-offset slices on the crop-DMA families,
   narrow sums longer than its reduction route). They run by the emulator's own
@@ -60,6 +61,7 @@ import numpy as np
 from .._version import __version__
 from ..cachedir import default_cache_dir
 from ..emulator import gemm as _gemm
+from ..emulator import plane_kernels
 from ..emulator.chips import is_width_offset
 from ..graph.ops.spatial import pool_geometry
 from ..graph.registry import get_op
@@ -93,7 +95,10 @@ _ENV = "ANEFORGE_COMPILED_REGIONS"
 MIN_WORK = 1 << 16
 #: A node with fewer output elements than this adds nothing to :func:`region_work`.
 MIN_NODE_WORK = 1 << 11
-_JITLIB_HASH = hashlib.sha256(Path(jitlib.__file__).read_bytes()).hexdigest()[:12]
+# what generated kernels call: jitlib and the emulator kernels' helpers it hands on
+_JITLIB_HASH = hashlib.sha256(
+    b"".join(Path(m.__file__).read_bytes() for m in (jitlib, plane_kernels))
+).hexdigest()[:12]
 
 
 def region_work(region) -> int:
@@ -149,6 +154,8 @@ def _compilable(node: Tensor, chip) -> bool:
     nest = get_op(node.op).nest
     if nest.kind == "contract":  # the blocked GEMM, or the depthwise kernel
         return False
+    if nest.kind == "window" and chip is None:  # the pool kernel, where it serves
+        return not plane_kernels.serves_pool(node.op, node.srcs[0].shape, node.attrs)
     if nest.kind == "elementwise":
         return len(node.srcs) == 1 and not nest.per_channel or nest.scalar is not None
     if chip is not None:

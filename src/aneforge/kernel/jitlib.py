@@ -15,7 +15,8 @@ value is exact there, and so is a float32 accumulator. They call:
 - ``rmax(a, b)`` / ``rmin(a, b)``: one step of a max / min reduction (amax, amin,
   max_pool), IEEE 754-2019's ``maximum`` / ``minimum`` as
   :func:`aneforge.graph.fp16.extreme` defines it: NaN propagating, +0 winning a max's
-  tie with -0 and -0 a min's, so the order of the terms does not matter.
+  tie with -0 and -0 a min's, so the order of the terms does not matter. They are the
+  pool kernel's own (:mod:`aneforge.emulator.plane_kernels`).
 
 The fp16 conversions are those of the emulator's compiled kernels
 (:mod:`aneforge.emulator.fast_kernels`: LLVM ``half`` where the target converts without
@@ -36,6 +37,7 @@ import numpy as np
 
 from ..emulator import fast_kernels as _fk
 from ..emulator import gemm as _gemm
+from ..emulator import plane_kernels as _pk
 
 __all__ = ["TIE_MODES", "load", "numpy_tie_modes"]
 
@@ -73,7 +75,7 @@ def load() -> bool:
     with _lock:
         if _loaded:
             return True
-        if not _fk._load():
+        if not (_fk._load() and _pk._load()):
             return False
         numba, llir, nbtypes, intrinsic = _gemm.numba, _gemm.llir, _gemm.nbtypes, _gemm.intrinsic
         h2f, r16, f2h = _fk._h2f, _fk._r16, _fk._f32_to_f16_bits
@@ -133,22 +135,8 @@ def load() -> bool:
 
             return pick
 
-        def reduction(bigger: bool):
-            @jit
-            def step(a, b):
-                # one select (NaN in a kept; NaN in b fails the test), so loops vectorize
-                if bigger:
-                    r = a if (a > b or a != a) else b
-                else:
-                    r = a if (a < b or a != a) else b
-                if a == 0 and b == 0:  # two zeros: +0 wins a max, -0 a min
-                    r = a + b if bigger else -(-a - b)
-                return r
-
-            return step
-
         r16d = _r16d
         vmax, vmin = make(True, modes["max"]), make(False, modes["min"])
-        rmax, rmin = reduction(True), reduction(False)
+        rmax, rmin = _pk.ieee_max, _pk.ieee_min  # the pools' own steps
         _loaded = True
     return True
