@@ -62,7 +62,9 @@ MAX_POOL_WINDOW = 2048
 _BLOCK = 2048  # cells a tap's run covers: 8 KiB of float32, in L1 with its plane
 _load_lock = threading.Lock()
 
-# numba and the kernels, set by _load once numba has imported (None until then)
+# numba and the kernels, set by _load once numba has imported (None until then);
+# ieee_max / ieee_min, the compiled forms of _ieee_max_py / _ieee_min_py, are also the
+# generated kernels' reduction steps (kernel.jitlib's rmax / rmin)
 numba = None
 _h2f = _r16 = _f32_to_f16_bits = _phases = _decode = _dw_jit = _pool_jit = None
 ieee_max = ieee_min = None
@@ -401,7 +403,7 @@ def prepare_pool(x_shape, op, attrs):
 
     def run(x):
         geo = np.array([*fixed, _chunks(n * c)], np.int64)
-        planes = np.ascontiguousarray(x).view(np.uint16).reshape(n * c, h, wd)
+        planes = np.ascontiguousarray(x, np.float16).view(np.uint16).reshape(n * c, h, wd)
         result = np.empty((n * c, *out), np.uint16)
         _gemm.parallel_launch(_pool_jit, planes, geo, rows, cols, result)
         return result.view(np.float16).reshape(shape)
