@@ -76,10 +76,14 @@ def extreme(x, axis, largest: bool = True) -> np.ndarray:
     x = np.asarray(x)
     out = np.asarray(np.max(x, axis=axis) if largest else np.min(x, axis=axis))
     zero = out == 0
-    if zero.any():  # the sign of a zero result: does any term have the winning sign?
-        wins = (x == 0) & (np.signbit(x) != largest)
-        signed = np.any(wins, axis=axis) != largest
-        out = np.where(zero, np.where(signed, -np.zeros((), x.dtype), np.zeros((), x.dtype)), out)
+    if zero.any():  # a zero result's sign: does any of its terms have the winning sign?
+        axes = tuple(a % x.ndim for a in ((axis,) if np.ndim(axis) == 0 else axis))
+        kept = [a for a in range(x.ndim) if a not in axes]
+        terms = x.transpose(*kept, *axes)[zero]  # only the reductions that gave a zero
+        wins = (terms == 0) & (np.signbit(terms) != largest)
+        signed = wins.reshape(len(terms), -1).any(axis=1) != largest
+        out = out.copy()
+        out[zero] = np.where(signed, -np.zeros((), x.dtype), np.zeros((), x.dtype))
     return out
 
 
