@@ -1,7 +1,8 @@
 """Compiled regions: generated kernels give the reference interpreter's and the op-by-op
 emulator's bits on random codes, random regions (default, materialized and mixed
-placements, every chip family's numerics, signed zeros, NaN and inf in the data), and the
-emulator's default path runs them, checked and cached."""
+placements, every chip family's numerics, signed zeros, NaN and inf in the data, and data
+full of ties between -0.0 and +0.0), and the emulator's default path runs them, checked
+and cached."""
 
 from __future__ import annotations
 
@@ -96,11 +97,20 @@ def _node_kernel(chip):
     return fp16_kernel(True, chip)
 
 
+def _with_signed_zeros(shape, rng) -> np.ndarray:
+    """Data where ties of -0.0 and +0.0 are everywhere (four values in ten are zeros)."""
+    v = _with_specials(shape, rng)
+    zeros = rng.random(shape) < 0.4
+    v[zeros] = rng.choice(np.array([0.0, -0.0], np.float16), int(zeros.sum()))
+    return v
+
+
+@pytest.mark.parametrize("data", [_with_specials, _with_signed_zeros])
 @pytest.mark.parametrize("seed", range(16))
-def test_random_regions_run_compiled_with_the_op_by_op_bits(seed):
+def test_random_regions_run_compiled_with_the_op_by_op_bits(seed, data):
     rng = np.random.default_rng(seed)
     prog = af.compile(random_region(seed), opt=0)
-    xs = [_with_specials(t.shape, rng) for t in prog.inputs]
+    xs = [data(t.shape, rng) for t in prog.inputs]
     chip = CHIPS[seed % len(CHIPS)]
     want = execute_fp16(prog, xs, target=chip, regions=False)
     kernel = _node_kernel(chip)
