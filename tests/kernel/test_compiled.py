@@ -46,6 +46,14 @@ def _with_specials(shape, rng, scale=3.0) -> np.ndarray:
     return v
 
 
+def _with_signed_zeros(shape, rng) -> np.ndarray:
+    """Data where ties of -0.0 and +0.0 are everywhere (four values in ten are zeros)."""
+    v = _with_specials(shape, rng)
+    zeros = rng.random(shape) < 0.4
+    v[zeros] = rng.choice(np.array([0.0, -0.0], np.float16), int(zeros.sum()))
+    return v
+
+
 def _run_code(code, kernel, feeds):
     """Run a generated kernel of a whole code on ``feeds``; its output buffers."""
     bufs = {}
@@ -71,16 +79,17 @@ def test_generated_kernels_give_the_interpreters_bits_on_random_codes():
     for seed in range(40):
         code = random_code(seed)
         rng = np.random.default_rng(seed)
-        feeds = {b.name: _with_specials(b.shape, rng) for b in code.inputs}
-        want = execute(code, feeds).outputs
         try:
             kernel = generate(code, code.body)
         except Unsupported as exc:  # only transcendental ops of float32 values
             assert "of a f value" in str(exc), exc
             continue
-        got = _run_code(code, kernel, feeds)
-        for name in want:
-            assert _same(want[name], got[name]), (seed, name)
+        for data in (_with_specials, _with_signed_zeros):
+            feeds = {b.name: data(b.shape, rng) for b in code.inputs}
+            want = execute(code, feeds).outputs
+            got = _run_code(code, kernel, feeds)
+            for name in want:
+                assert _same(want[name], got[name]), (seed, name, data.__name__)
         compiled_codes += 1
     assert compiled_codes >= 36
 
@@ -95,14 +104,6 @@ def _env(prog, xs) -> dict:
 def _node_kernel(chip):
     """The op-by-op emulator's per-node kernel (fast matmul, chip finish)."""
     return fp16_kernel(True, chip)
-
-
-def _with_signed_zeros(shape, rng) -> np.ndarray:
-    """Data where ties of -0.0 and +0.0 are everywhere (four values in ten are zeros)."""
-    v = _with_specials(shape, rng)
-    zeros = rng.random(shape) < 0.4
-    v[zeros] = rng.choice(np.array([0.0, -0.0], np.float16), int(zeros.sum()))
-    return v
 
 
 @pytest.mark.parametrize("data", [_with_specials, _with_signed_zeros])
